@@ -1,0 +1,357 @@
+"""How a ``CustomOp`` subclass becomes an op: collect -> validate -> build -> register.
+
+Everything that can be wrong with a definition is found before anything is registered, so a bad
+class leaves the dispatcher (and any earlier op of the same name) as it was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+import weakref
+from typing import Any, Iterable, Mapping
+
+import torch
+
+from . import _record, _register, _schema
+from ._codegen import make_call
+from ._hooks import Hook, HookContext, hooks
+from ._record import OpRecord
+from .errors import OpDefinitionError, did_you_mean, formatdef
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_RESERVED_NAMESPACES = {"aten", "prim", "prims", "quantized", "_quantized", "inductor", "higher_order", "_c10d_functional", "c10d"}
+# Names people reach for that mean one of our hooks.
+_ALIASES = {
+    "fake": "abstract", "meta": "abstract", "fake_impl": "abstract", "register_fake": "abstract",
+    "abstract_impl": "abstract", "setup_ctx": "setup_context", "save_for_backward": "setup_context",
+    "backwards": "backward", "bwd": "backward", "grad": "backward", "forward": "default",
+    "impl": "default", "kernel": "default", "batch_rule": "vmap",
+}
+# Device names torch does not know, and the one that was meant.
+_NOT_DEVICES = {"gpu": "cuda", "tpu": "xla", "npu": "privateuseone", "metal": "mps", "rocm": "cuda", "hpu_": "hpu"}
+_STUB = "__opclass_stub__"
+_UNSET: Any = object()
+
+
+@dataclasses.dataclass
+class Keywords:
+    """The class keywords, after inheritance."""
+
+    name: str | None
+    namespace: str | None
+    mutates_args: tuple[str, ...]
+    schema: str | None
+    tags: tuple[torch.Tag, ...]
+
+
+def _snake_case(name: str) -> str:
+    name = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
+    return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
+
+
+class OpBuilder:
+    """Turns one class statement into an op. One small method per step."""
+
+    def __init__(self, cls: type, keywords: dict[str, Any]) -> None:
+        self.cls = cls
+        self.cls_name = cls.__qualname__
+        self.given = keywords
+        self.hooks: Mapping[str, Hook] = hooks()
+        self.defined: dict[str, Any] = {}  # hook name -> the user's value (staticmethods unwrapped)
+        self.owner: dict[str, type] = {}  # hook name -> the class that defines it
+
+    # ------------------------------------------------------------------ helpers
+
+    def fail(self, hook: str | None, problem: str, fix: str = "", fn: Any = None) -> None:
+        where = formatdef(self.cls_name, hook, fn) if (hook and fn is not None and callable(fn)) else (
+            f"{self.cls_name}.{hook}" if hook else f"class {self.cls_name}"
+        )
+        raise OpDefinitionError(self.cls_name, hook, where, problem, fix)
+
+    # ------------------------------------------------------------------ 1. collect
+
+    def collect(self) -> None:
+        """Find the hooks this class defines or inherits, and the class keywords in force."""
+        for klass in reversed(self.cls.__mro__):
+            for attr, raw in vars(klass).items():
+                if attr in self.hooks and not getattr(_unwrap(raw), _STUB, False):
+                    self.defined[attr] = _unwrap(raw)
+                    self.owner[attr] = klass
+        # A variant of a concrete op keeps its signature unless it annotates its own kernels.
+        base = next((k.__dict__["_opclass_record"] for k in self.cls.__mro__[1:] if k.__dict__.get("_opclass_record")), None)
+        self.inherited_schema: str | None = base.schema_str if base is not None else None
+        inherited: dict[str, Any] = getattr(self.cls, "_opclass_keywords", {})
+        merged = {**{k: v for k, v in inherited.items() if k != "name"}, **{k: v for k, v in self.given.items() if v is not None}}
+        self.cls._opclass_keywords = merged  # type: ignore[attr-defined]
+        self.keywords_raw = merged
+
+    # ------------------------------------------------------------------ 2. validate
+
+    def validate_attributes(self) -> None:
+        """Hooks written as static methods; no near-miss hook names among the helpers."""
+        for attr, raw in vars(self.cls).items():
+            if attr.startswith("__") or attr.startswith("_opclass"):
+                continue
+            hook = self.hooks.get(attr)
+            fn = _unwrap(raw)
+            if hook is not None:
+                if hook.staticmethod and not isinstance(raw, staticmethod):
+                    kind = "a classmethod" if isinstance(raw, classmethod) else "a plain function" if inspect.isfunction(raw) else type(raw).__name__
+                    self.fail(attr, f"hooks are static methods, but this is {kind}", "add @staticmethod above the def", fn)
+                if hook.staticmethod and not callable(fn):
+                    self.fail(attr, f"must be a function, got {fn!r}", "define it with @staticmethod def ...")
+                continue
+            if attr.startswith("_") or not (inspect.isfunction(fn) or isinstance(raw, (staticmethod, classmethod))):
+                continue
+            device = _NOT_DEVICES.get(attr.lower())
+            if device is not None:
+                self.fail(attr, f"unknown device type {attr!r}", f"the torch device type is '{device}': rename the method {device}", fn)
+            guess = did_you_mean(attr, self.hooks, _ALIASES)
+            if guess is not None:
+                self.fail(attr, "not a hook", f"did you mean '{guess}'?", fn)
+
+    def validate_keywords(self) -> Keywords:
+        """Name, namespace, mutates_args, schema and tags: types and spelling."""
+        kw = self.keywords_raw
+        namespace = kw.get("namespace")
+        if namespace is not None and (not isinstance(namespace, str) or not _IDENT.match(namespace)):
+            self.fail(None, f"namespace={namespace!r} is not a valid namespace", "use a Python identifier such as 'mylib'")
+        mutates = kw.get("mutates_args", ())
+        if isinstance(mutates, str):
+            self.fail(None, f"mutates_args={mutates!r} is a string, not a collection of names", f"write mutates_args=({mutates!r},)")
+        if not isinstance(mutates, Iterable) or not all(isinstance(m, str) for m in mutates):
+            self.fail(None, f"mutates_args={mutates!r} must be parameter names", "write e.g. mutates_args=('out',)")
+        tags = kw.get("tags", ())
+        tags = (tags,) if isinstance(tags, torch.Tag) else tuple(tags) if isinstance(tags, Iterable) else tags
+        if not isinstance(tags, tuple) or not all(isinstance(t, torch.Tag) for t in tags):
+            self.fail(None, f"tags={kw.get('tags')!r} must be torch.Tag values", "write e.g. tags=torch.Tag.needs_fixed_stride_order")
+        if torch.Tag.inplace in tags and torch.Tag.out in tags:
+            self.fail(None, "torch.Tag.inplace and torch.Tag.out are mutually exclusive", "pick one")
+        schema = kw.get("schema")
+        if schema is not None and not isinstance(schema, str):
+            self.fail(None, f"schema={schema!r} must be a string", "write e.g. schema='(Tensor x) -> Tensor'")
+        name = self.given.get("name")
+        if name is not None and not isinstance(name, str):
+            self.fail(None, f"name={name!r} must be a string", "write e.g. name='mylib::my_op'")
+        return Keywords(name, namespace, _schema.dedupe(mutates), schema, tags)
+
+    def validate_pairs(self) -> None:
+        """Hooks that only make sense together (``setup_context`` + ``backward``)."""
+        for attr in self.defined:
+            for needed in self.hooks[attr].requires:
+                if needed not in self.defined:
+                    self.fail(attr, f"is defined without {needed!r}", f"define both {attr} and {needed}, or neither", self.defined[attr])
+
+    def is_concrete(self) -> bool:
+        return any(self.hooks[h].backend for h in self.defined)
+
+    def resolve_name(self, kw: Keywords) -> tuple[str, str, str]:
+        """``(namespace, name, overload)`` from ``name=``/``namespace=``/the class name."""
+        raw = kw.name
+        if raw is None:
+            raw = _snake_case(self.cls.__name__)
+        if "::" in raw:
+            namespace, _, rest = raw.partition("::")
+        else:
+            namespace, rest = kw.namespace or "", raw
+            if not namespace:
+                self.fail(None, f"op name {raw!r} has no namespace", f"write name='mylib::{raw}' or subclass a base with namespace='mylib'")
+        opname, _, overload = rest.partition(".")
+        for part, what in ((namespace, "namespace"), (opname, "op name"), (overload or "default", "overload name")):
+            if not _IDENT.match(part):
+                self.fail(None, f"{what} {part!r} in {raw!r} is not a valid identifier", "use letters, digits and underscores, e.g. 'mylib::my_op'")
+        if namespace in _RESERVED_NAMESPACES:
+            self.fail(None, f"namespace {namespace!r} belongs to PyTorch", "use your project's name as the namespace")
+        if overload == "default":
+            overload = ""
+        return namespace, opname, overload
+
+    def derive_schema(self, kw: Keywords, qualname: str) -> torch._C.FunctionSchema:
+        """The op schema from ``schema=`` and/or the annotated kernels, which must all agree."""
+        annotated = [h for h, fn in self.defined.items() if self.hooks[h].kernel and _annotations(fn)]
+        derived: list[tuple[str, str, torch._C.FunctionSchema]] = []
+        for hook in annotated:
+            fn = self.defined[hook]
+            try:
+                text = _schema.derive(fn, kw.mutates_args, kw.tags)
+            except _schema.SchemaProblem as e:
+                self.fail(hook, e.problem, e.fix, fn)
+            derived.append((hook, text, self._parse(qualname, text, hook)))
+        for hook, text, parsed in derived[1:]:
+            first_hook, first_text, first = derived[0]
+            diff = _schema.describe_difference(first, parsed)
+            if diff is not None:
+                self.fail(
+                    hook,
+                    f"disagrees with {formatdef(self.cls_name, first_hook, self.defined[first_hook])} ({diff})",
+                    "give every annotated kernel the same signature, or annotate only one",
+                    self.defined[hook],
+                )
+        if kw.schema is not None:
+            explicit = self._parse(qualname, kw.schema, None)
+            if derived:
+                diff = _schema.describe_difference(explicit, derived[0][2])
+                if diff is not None:
+                    hook = derived[0][0]
+                    self.fail(hook, f"disagrees with schema={kw.schema!r} ({diff})", "make the annotations match the schema, or drop them", self.defined[hook])
+            given = set(kw.mutates_args) if "mutates_args" in self.keywords_raw else None
+            in_schema = set(_schema.mutated_names(explicit))
+            if given is not None and given != in_schema:
+                self.fail(
+                    None,
+                    f"schema={kw.schema!r} mutates {sorted(in_schema)} but mutates_args={tuple(sorted(given))}",
+                    "mark exactly the mutated arguments with (a!) in the schema and list them in mutates_args",
+                )
+            self.schema_text = kw.schema.strip()
+            return explicit
+        if not derived and self.inherited_schema is not None:
+            self.schema_text = self.inherited_schema
+            return self._parse(qualname, self.inherited_schema, None)
+        if not derived:
+            hook = next(h for h in self.defined if self.hooks[h].backend)
+            self.fail(hook, "has no type annotations and the class gives no schema=", "annotate the kernel (x: Tensor) -> Tensor, or pass schema='(Tensor x) -> Tensor'", self.defined[hook])
+        self.schema_text = derived[0][1]
+        return derived[0][2]
+
+    def _parse(self, qualname: str, text: str, hook: str | None) -> torch._C.FunctionSchema:
+        try:
+            return _schema.parse(qualname, text)
+        except RuntimeError as e:
+            detail = str(e).strip().splitlines()[0]
+            self.fail(hook, f"schema {text!r} does not parse ({detail})", "see the schema table in the docs", self.defined.get(hook or ""))
+        raise AssertionError  # unreachable: fail() raises
+
+    def validate_kernels(self, schema: torch._C.FunctionSchema, kw: Keywords) -> None:
+        """Unannotated kernels must accept the op's arguments; mutates_args must name parameters."""
+        names = [a.name for a in schema.arguments]
+        for m in kw.mutates_args:
+            if m not in names:
+                guess = did_you_mean(m, names)
+                self.fail(None, f"mutates_args names {m!r}, which is not a parameter ({', '.join(names)})", f"did you mean {guess!r}?" if guess else "list parameter names only")
+        for hook, fn in self.defined.items():
+            if self.hooks[hook].kernel and not _annotations(fn):
+                problem = _schema.kernel_signature_problem(fn, schema)
+                if problem is not None:
+                    self.fail(hook, problem, f"write {hook}{_python_params(schema)}", fn)
+        if not any("Tensor" in str(a.type) for a in schema.arguments):
+            device_kernels = [h for h in self.defined if self.hooks[h].backend and self.hooks[h].device_type]
+            if device_kernels and not any(str(a.type) == "Device" for a in schema.arguments):
+                self.fail(device_kernels[0], "an op with no Tensor inputs cannot pick a device kernel", "add a device: torch.device parameter, or define default", self.defined[device_kernels[0]])
+
+    def validate_hooks(self, qualname: str, schema: torch._C.FunctionSchema, signature: inspect.Signature, tags: tuple[torch.Tag, ...]) -> None:
+        """Each hook's own check (built-in or third-party), with the schema known."""
+        for hook, value in self.defined.items():
+            check = self.hooks[hook].check
+            if check is not None:
+                check(value, HookContext(self.cls_name, hook, value, qualname, schema, signature, dict(self.defined), tags))
+
+    def validate_not_taken(self, qualname: str) -> None:
+        """The name is free, or opclass owns it (then this class replaces the old op)."""
+        if _record.lookup(qualname) is not None:
+            return
+        ns_name, _, overload = qualname.partition(".")
+        try:
+            torch._C._dispatch_find_schema_or_throw(ns_name, overload)
+        except RuntimeError:
+            return
+        self.fail(None, f"{qualname} is already defined outside opclass", "pick another name, or remove the other definition first")
+
+    # ------------------------------------------------------------------ 3. build
+
+    def build(self, kw: Keywords, ns: str, name: str, overload: str, schema: torch._C.FunctionSchema) -> OpRecord:
+        schema_str = self.schema_text
+        mutated = tuple(i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write)
+        return OpRecord(
+            qualname=f"{ns}::{name}" + (f".{overload}" if overload else ""),
+            namespace=ns,
+            name=name,
+            overload=overload,
+            schema_str=schema_str,
+            schema=schema,
+            signature=_schema.python_signature(schema),
+            tags=kw.tags,
+            hooks=dict(self.defined),
+            cls_name=self.cls_name,
+            mutated=mutated,
+            mutated_names=tuple(schema.arguments[i].name for i in mutated),
+        )
+
+    # ------------------------------------------------------------------ 4. register
+
+    def register(self, record: OpRecord) -> None:
+        """Replace any earlier op of the same name; on failure put the earlier one back."""
+        with _record.LOCK:
+            old = _record.lookup(record.qualname)
+            if old is not None:
+                _record.destroy(old)
+            try:
+                install(record)
+            except BaseException:
+                _record.destroy(record)
+                if old is not None:
+                    install(old)
+                raise
+            _record.set_live(record)
+            if old is not None:
+                _record.retire(old)
+        record.owner = weakref.ref(self.cls)
+        self.cls._opclass_record = record  # type: ignore[attr-defined]
+        self.cls._opclass_call = make_call(record, self.cls)  # type: ignore[attr-defined]
+        self.cls._opclass_op = record.op  # type: ignore[attr-defined]
+        self.cls.__signature__ = record.signature  # type: ignore[attr-defined]
+        doc = (self.cls.__dict__.get("__doc__") or "").rstrip()
+        self.cls.__doc__ = (doc + "\n\n" if doc else "") + f"Operator ``{record.qualname}``: ``{record.schema_str}``"
+
+    # ------------------------------------------------------------------ driver
+
+    def run(self) -> None:
+        self.collect()
+        self.validate_attributes()
+        kw = self.validate_keywords()
+        if not self.is_concrete():
+            self.validate_pairs()
+            self.cls._opclass_record = None  # type: ignore[attr-defined]
+            self.cls._opclass_call = None  # type: ignore[attr-defined]
+            return
+        self.validate_pairs()
+        ns, name, overload = self.resolve_name(kw)
+        qualname = f"{ns}::{name}" + (f".{overload}" if overload else "")
+        schema = self.derive_schema(kw, qualname)
+        self.validate_kernels(schema, kw)
+        signature = _schema.python_signature(schema)
+        self.validate_hooks(qualname, schema, signature, kw.tags)
+        self.validate_not_taken(qualname)
+        self.register(self.build(kw, ns, name, overload, schema))
+
+
+def install(record: OpRecord) -> None:
+    """Define the op and run every hook's installer (also used to restore a replaced op)."""
+    record.kernels.clear()
+    record.fake = record.setup_context = record.backward = None
+    _register.define(record)
+    table = hooks()
+    for hook, value in record.hooks.items():
+        table[hook].install(record, value)
+    _register.register_default_fake(record)
+    _register.register_core(record)
+
+
+def _unwrap(raw: Any) -> Any:
+    return raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
+
+
+def _annotations(fn: Any) -> bool:
+    return bool(getattr(fn, "__annotations__", None))
+
+
+def _python_params(schema: torch._C.FunctionSchema) -> str:
+    """``(x, y, *, out)``: the parameter list an unannotated kernel should have."""
+    parts, star = [], False
+    for a in schema.arguments:
+        if a.kwarg_only and not star:
+            parts.append("*")
+            star = True
+        parts.append(a.name + ("=..." if a.has_default_value() else ""))
+    return "(" + ", ".join(parts) + ")"

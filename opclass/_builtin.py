@@ -1,0 +1,205 @@
+"""opclass's own hooks, registered through the public :func:`register_hook` like any extension."""
+
+from __future__ import annotations
+
+import collections.abc
+import inspect
+from typing import Any, Callable
+
+import torch
+from torch import _C
+
+from ._hooks import Hook, HookContext, register_hook
+from ._record import OpRecord
+from ._register import checked_kernel
+
+#: Device types that get a kernel hook of their own name (``def cuda(...)``).
+DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "hpu", "mtia", "xla", "ipu", "maia", "hip", "privateuseone")
+
+
+def _positional_count(fn: Any) -> int | None:
+    """How many positional parameters ``fn`` takes, or ``None`` if it takes ``*args``."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return None
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+
+
+def device_hook(device_type: str | None) -> Hook:
+    """The kernel hook for one device type (``None``: ``default``, every device).
+
+    Register it to give a device type that opclass does not list (e.g. a renamed PrivateUse1
+    backend) its own hook name.
+
+    Example:
+        >>> import opclass
+        >>> opclass.device_hook("cuda").name
+        'cuda'
+    """
+    if device_type is None:
+        key = "CompositeExplicitAutograd"
+        name = "default"
+    else:
+        try:
+            key = _C._dispatch_key_for_device(device_type)
+        except RuntimeError as e:
+            raise ValueError(f"{device_type!r} is not a torch device type: {e}") from None
+        name = device_type
+
+    def install(record: OpRecord, fn: Callable[..., Any]) -> None:
+        kernel = checked_kernel(record, name, fn)
+        record.kernels[device_type] = kernel
+        assert record.lib is not None
+        record.lib.impl(record.overload_name(), kernel, key)
+
+    doc = "kernel for every device type" if device_type is None else f"kernel for {device_type} tensors"
+    return Hook(name, install, kernel=True, backend=True, device_type=device_type, doc=doc)
+
+
+# --------------------------------------------------------------------------- fake kernel
+
+
+def _install_abstract(record: OpRecord, fn: Callable[..., Any]) -> None:
+    record.fake = fn
+    assert record.lib is not None
+    record.lib._register_fake(record.overload_name(), fn, _stacklevel=1)
+
+
+# --------------------------------------------------------------------------- autograd
+
+
+def _check_autograd(fn: Any, ctx: HookContext) -> None:
+    if torch.Tag.out in ctx.tags:
+        ctx.fail("an op tagged torch.Tag.out cannot have an autograd formula", "remove setup_context and backward")
+    mutated = [a.name for a in ctx.schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    if mutated:
+        ctx.fail(
+            f"the op mutates {', '.join(mutated)}, and autograd formulas are only for functional ops",
+            "make a functional op (return new Tensors, no mutates_args) and give it the formula",
+        )
+
+
+def _check_setup_context(fn: Any, ctx: HookContext) -> None:
+    _check_autograd(fn, ctx)
+    params = inspect.signature(fn).parameters
+    names = list(params)
+    has_kw_only = any(a.kwarg_only for a in ctx.schema.arguments)
+    if "keyword_only_inputs" in names:
+        expected = ["ctx", "inputs", "keyword_only_inputs", "output"]
+    else:
+        expected = ["ctx", "inputs", "output"]
+    if names != expected:
+        ctx.fail(f"takes ({', '.join(names)})", f"write setup_context({', '.join(expected)})")
+    if has_kw_only and "keyword_only_inputs" not in names:
+        ctx.fail(
+            "the op has keyword-only arguments, which setup_context would not see",
+            "write setup_context(ctx, inputs, keyword_only_inputs, output)",
+        )
+
+
+def _install_setup_context(record: OpRecord, fn: Callable[..., Any]) -> None:
+    if "keyword_only_inputs" in inspect.signature(fn).parameters:
+        record.setup_context = fn
+    else:
+        record.setup_context = lambda ctx, inputs, keyword_only_inputs, output: fn(ctx, inputs, output)
+
+
+def _check_backward(fn: Any, ctx: HookContext) -> None:
+    _check_autograd(fn, ctx)
+    n = _positional_count(fn)
+    outputs = len(ctx.schema.returns)
+    if n is not None and n != 1 + outputs:
+        ctx.fail(
+            f"takes {n} positional parameters, but the op has {outputs} output(s)",
+            f"write backward(ctx, {', '.join(f'grad{i}' for i in range(outputs)) or '*grads'}) with one gradient per output",
+        )
+
+
+def _install_backward(record: OpRecord, fn: Callable[..., Any]) -> None:
+    record.backward = fn
+
+
+# --------------------------------------------------------------------------- vmap, autocast, torch_dispatch
+
+
+def _check_vmap(fn: Any, ctx: HookContext) -> None:
+    n = _positional_count(fn)
+    n_args = sum(not a.kwarg_only for a in ctx.schema.arguments)
+    if n is not None and n != 2 + n_args:
+        args = ", ".join(a.name for a in ctx.schema.arguments if not a.kwarg_only)
+        ctx.fail(f"takes {n} positional parameters", f"write vmap(info, in_dims, {args}) returning (output, out_dims)")
+
+
+def _install_vmap(record: OpRecord, fn: Callable[..., Any]) -> None:
+    torch.library.register_vmap(record.op, fn, lib=record.lib)
+
+
+def _check_autocast(value: Any, ctx: HookContext) -> None:
+    if not isinstance(value, collections.abc.Mapping) or not value:
+        ctx.fail(
+            f"must map device types to dtypes, got {value!r}",
+            "write autocast = {'cuda': torch.float16}",
+        )
+    for device_type, dtype in value.items():
+        if not isinstance(device_type, str) or not _C._is_autocast_available(device_type):
+            ctx.fail(f"{device_type!r} is not a device type with autocast", "use e.g. 'cpu' or 'cuda'")
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            ctx.fail(f"{dtype!r} is not a floating-point dtype", "use e.g. torch.float16 or torch.bfloat16")
+
+
+def _cast(value: Any, device_type: str, dtype: torch.dtype) -> Any:
+    if isinstance(value, torch.Tensor):
+        if value.is_floating_point() and value.device.type == device_type and value.dtype is not torch.float64:
+            return value.to(dtype)
+        return value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cast(v, device_type, dtype) for v in value)
+    return value
+
+
+def _install_autocast(record: OpRecord, value: dict[str, torch.dtype]) -> None:
+    op = record.op
+    assert record.lib is not None and op is not None
+    for device_type, dtype in value.items():
+        key = "Autocast" + _C._dispatch_key_for_device(device_type)
+        record.lib.impl(record.overload_name(), _autocast_kernel(op, key, device_type, dtype), key, with_keyset=True)
+
+
+def _autocast_kernel(op: Any, key: str, device_type: str, dtype: torch.dtype) -> Callable[..., Any]:
+    excluded = _C.DispatchKeySet(getattr(_C.DispatchKey, key))
+
+    def autocast_kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        # Unlike torch.library.register_autocast, keyword arguments are cast too, not rejected.
+        with _C._ExcludeDispatchKeyGuard(excluded):
+            return op(*_cast(args, device_type, dtype), **{k: _cast(v, device_type, dtype) for k, v in kwargs.items()})
+
+    return autocast_kernel
+
+
+def _check_torch_dispatch(value: Any, ctx: HookContext) -> None:
+    if not isinstance(value, collections.abc.Mapping) or not value:
+        ctx.fail(f"must map Tensor subclasses or TorchDispatchModes to rules, got {value!r}", "write torch_dispatch = {MyMode: rule}")
+    for key, rule in value.items():
+        if not isinstance(key, type) or not callable(rule):
+            ctx.fail(f"entry {key!r}: {rule!r} is not a class and a callable", "map a class to rule(mode_or_cls, func, types, args, kwargs)")
+
+
+def _install_torch_dispatch(record: OpRecord, value: dict[type, Callable[..., Any]]) -> None:
+    for cls, rule in value.items():
+        torch.library.register_torch_dispatch(record.qualname, cls, rule, lib=record.lib)
+
+
+def register_builtin_hooks() -> None:
+    """Register opclass's hooks (import time). Order is installation order."""
+    register_hook(device_hook(None))
+    for device_type in DEVICE_TYPES:
+        register_hook(device_hook(device_type))
+    register_hook(Hook("abstract", _install_abstract, kernel=True, doc="fake (meta) kernel for torch.compile/export; torch.library.get_ctx() works inside"))
+    register_hook(Hook("setup_context", _install_setup_context, check=_check_setup_context, requires=("backward",), doc="save what backward needs: (ctx, inputs, output)"))
+    register_hook(Hook("backward", _install_backward, check=_check_backward, requires=("setup_context",), doc="gradients of the inputs: (ctx, *grads)"))
+    register_hook(Hook("vmap", _install_vmap, check=_check_vmap, doc="batching rule (info, in_dims, *args) -> (output, out_dims)"))
+    register_hook(Hook("autocast", _install_autocast, check=_check_autocast, staticmethod=False, doc="dict device type -> dtype: cast floating inputs under autocast"))
+    register_hook(Hook("torch_dispatch", _install_torch_dispatch, check=_check_torch_dispatch, staticmethod=False, doc="dict Tensor subclass / TorchDispatchMode -> rule"))

@@ -1,0 +1,68 @@
+"""Per-class generated call functions: source built once, compiled, and visible to ``inspect``/tracebacks."""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import linecache
+from typing import Any, Callable
+
+from ._record import OpRecord
+
+_COUNTER = itertools.count()
+
+
+def compile_function(name: str, source: str, closure: dict[str, Any], filename_hint: str) -> Callable[..., Any]:
+    """Compile ``source`` (one ``def name``) with ``closure`` as its free variables.
+
+    The source is registered in :mod:`linecache` under a unique, readable filename, so
+    tracebacks and ``inspect.getsource`` show the generated code (as attrs does).
+    """
+    filename = f"<opclass generated {filename_hint} #{next(_COUNTER)}>"
+    args = ", ".join(closure)
+    body = "\n".join("    " + line for line in source.splitlines())
+    outer = f"def __create_fn__({args}):\n{body}\n    return {name}\n"
+    code = compile(outer, filename, "exec", dont_inherit=True)
+    namespace: dict[str, Any] = {}
+    exec(code, {"__builtins__": __builtins__}, namespace)  # noqa: S102 - our own generated source
+    fn: Callable[..., Any] = namespace["__create_fn__"](**closure)
+    linecache.cache[filename] = (len(outer), None, outer.splitlines(keepends=True), filename)
+    return fn
+
+
+def call_source(record: OpRecord, name: str) -> tuple[str, dict[str, Any]]:
+    """Source of the op's call function with its exact parameter list, and the closure it needs."""
+    closure: dict[str, Any] = {"_op": record.op}
+    params: list[str] = []
+    positional: list[str] = []
+    keywords: list[str] = []
+    star = False
+    for p in record.signature.parameters.values():
+        if p.kind is p.KEYWORD_ONLY and not star:
+            params.append("*")
+            star = True
+        text = p.name
+        if p.default is not p.empty:
+            closure[f"_default_{p.name}"] = p.default
+            text += f"=_default_{p.name}"
+        params.append(text)
+        (keywords if p.kind is p.KEYWORD_ONLY else positional).append(p.name)
+    call_args = ", ".join(positional + [f"{k}={k}" for k in keywords])
+    source = f"def {name}({', '.join(params)}):\n    return _op({call_args})\n"
+    return source, closure
+
+
+def make_call(record: OpRecord, cls: type) -> Callable[..., Any]:
+    """The function ``MyOp(...)`` runs: the op's exact signature, calling the dispatcher."""
+    source, closure = call_source(record, cls.__name__)
+    fn = compile_function(cls.__name__, source, closure, f"{record.qualname} {cls.__module__}.{cls.__qualname__}")
+    fn.__qualname__ = f"{cls.__qualname__}.__call__"
+    fn.__module__ = cls.__module__
+    fn.__doc__ = f"Call ``{record.qualname}{record.schema_str}``."
+    fn.__signature__ = record.signature  # type: ignore[attr-defined]
+    return fn
+
+
+def getsource(fn: Callable[..., Any]) -> str:
+    """The generated source of ``fn`` (a thin wrapper over :func:`inspect.getsource`)."""
+    return inspect.getsource(fn)

@@ -1,0 +1,136 @@
+"""The hook registry: the one way any overridable static method of ``CustomOp`` comes to exist.
+
+opclass's own hooks (``cpu``, ``abstract``, ``backward``...) are registered here exactly as a third
+party registers a new one, so whatever a built-in hook can do, an extension can do too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+import torch
+
+from .errors import OpDefinitionError, formatdef
+
+if TYPE_CHECKING:
+    from ._record import OpRecord
+
+__all__ = ["Hook", "HookContext", "register_hook", "unregister_hook", "hooks"]
+
+
+@dataclasses.dataclass
+class HookContext:
+    """What a hook's ``check`` sees about the class being defined.
+
+    ``schema`` is the parsed op schema and ``signature`` the op's Python signature; ``defined`` maps
+    every hook the class defines (or inherits) to its value. ``fail`` raises the error for this hook.
+
+    Example:
+        >>> def check(fn, ctx):
+        ...     if len(ctx.schema.returns) != 1:
+        ...         ctx.fail("needs an op with exactly one output", "drop the hook or return one Tensor")
+    """
+
+    cls_name: str
+    hook: str
+    value: Any
+    qualname: str
+    schema: torch._C.FunctionSchema
+    signature: Any
+    defined: Mapping[str, Any]
+    tags: tuple[torch.Tag, ...]
+
+    def fail(self, problem: str, fix: str = "") -> None:
+        """Raise :class:`OpDefinitionError` for this hook, quoting the user's definition."""
+        where = formatdef(self.cls_name, self.hook, self.value) if callable(self.value) else f"{self.cls_name}.{self.hook}"
+        raise OpDefinitionError(self.cls_name, self.hook, where, problem, fix)
+
+
+@dataclasses.dataclass(frozen=True)
+class Hook:
+    """An overridable class attribute of ``CustomOp``: its name, a check, and an installer.
+
+    Args:
+        name: the attribute name users define (``"inverse"``).
+        install: ``install(record, value)``, run once per op class that defines (or inherits) the
+            hook, after the op is defined with the dispatcher. ``record`` is the op's
+            :class:`~opclass.OpRecord` (``record.op``, ``record.lib``, ``record.hooks``...).
+        check: ``check(value, ctx)``, run at class creation before anything is registered; call
+            ``ctx.fail(problem, fix)`` to reject the definition.
+        kernel: the hook takes the op's arguments: its annotations take part in schema derivation.
+        backend: the hook is a backend kernel; defining one makes the class a concrete op.
+        device_type: the device type a backend kernel serves (``"cuda"``); ``None`` for all.
+        requires: hooks that must be defined together with this one (``backward`` needs
+            ``setup_context``).
+        staticmethod: the value must be a ``@staticmethod`` (else any class attribute).
+        doc: one line for the hooks table.
+
+    Example:
+        >>> import opclass
+        >>> INVERSES = {}
+        >>> hook = opclass.register_hook(opclass.Hook(
+        ...     "docs_inverse", install=lambda record, fn: INVERSES.__setitem__(record.qualname, fn),
+        ...     doc="the op's inverse"))
+        >>> opclass.unregister_hook("docs_inverse")
+    """
+
+    name: str
+    install: Callable[["OpRecord", Any], None]
+    check: Callable[[Any, HookContext], None] | None = None
+    kernel: bool = False
+    backend: bool = False
+    device_type: str | None = None
+    requires: tuple[str, ...] = ()
+    staticmethod: bool = True
+    doc: str = ""
+
+
+_HOOKS: dict[str, Hook] = {}
+_LOCK = threading.Lock()
+
+
+def register_hook(hook: Hook) -> Hook:
+    """Add ``hook`` so that every ``CustomOp`` subclass defined from now on may define it.
+
+    Registering a name again replaces the earlier hook (re-running a module is safe).
+
+    Example:
+        >>> import opclass
+        >>> h = opclass.register_hook(opclass.Hook("docs_note", install=lambda record, value: None, staticmethod=False))
+        >>> "docs_note" in opclass.hooks()
+        True
+        >>> opclass.unregister_hook("docs_note")
+    """
+    if not hook.name.isidentifier() or hook.name.startswith("_"):
+        raise ValueError(f"hook name {hook.name!r} must be a public Python identifier")
+    with _LOCK:
+        _HOOKS[hook.name] = hook
+    return hook
+
+
+def unregister_hook(name: str) -> None:
+    """Remove the hook ``name``; classes defined later treat the attribute as a plain helper.
+
+    Example:
+        >>> import opclass
+        >>> _ = opclass.register_hook(opclass.Hook("docs_tmp", install=lambda r, v: None))
+        >>> opclass.unregister_hook("docs_tmp")
+        >>> "docs_tmp" in opclass.hooks()
+        False
+    """
+    with _LOCK:
+        _HOOKS.pop(name, None)
+
+
+def hooks() -> Mapping[str, Hook]:
+    """The registered hooks by name, in registration (and installation) order.
+
+    Example:
+        >>> import opclass
+        >>> [name for name in opclass.hooks()][:3]
+        ['default', 'cpu', 'cuda']
+    """
+    with _LOCK:
+        return dict(_HOOKS)

@@ -1,0 +1,212 @@
+"""``CustomOp``: the base class users subclass, with the documented hook stubs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable
+
+import torch
+
+from . import _record
+from ._builder import OpBuilder
+from ._record import OpRecord
+
+__all__ = ["CustomOp", "OpMeta"]
+
+
+def _stub(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a documentation stub on ``CustomOp``; stubs never count as a defined hook."""
+    fn.__opclass_stub__ = True  # type: ignore[attr-defined]
+    return fn
+
+
+class OpMeta(type):
+    """Metaclass of :class:`CustomOp`: calling an op class calls the op.
+
+    Example:
+        >>> import torch, opclass
+        >>> class DocsMetaSquare(opclass.CustomOp, name="docs_meta::square"):
+        ...     @staticmethod
+        ...     def default(x: torch.Tensor) -> torch.Tensor:
+        ...         return x * x
+        >>> DocsMetaSquare(torch.tensor([3.0]))
+        tensor([9.])
+        >>> opclass.remove(DocsMetaSquare)
+    """
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        call = cls._opclass_call  # type: ignore[attr-defined]
+        if call is None:
+            raise TypeError(
+                f"{cls.__qualname__} is an abstract op base (it defines no kernel such as cpu, cuda or default); "
+                f"subclass it and define a kernel to make an op"
+            )
+        try:
+            return call(*args, **kwargs)
+        except TypeError as e:
+            # Raised while binding arguments to the generated signature (no frame of it ran):
+            # let the dispatcher parse them, so callers get the error torch.ops would give.
+            tb = e.__traceback__
+            if tb is not None and tb.tb_next is None:
+                record = _live_record(cls)
+                if record.op is not None:
+                    return record.op(*args, **kwargs)
+            raise
+
+    @property
+    def record(cls) -> OpRecord:
+        """The op's :class:`OpRecord` (raises ``AttributeError`` on an abstract base)."""
+        return _live_record(cls)
+
+    @property
+    def op(cls) -> torch._ops.OpOverload:
+        """The ``OpOverload``, i.e. ``torch.ops.ns.name.overload``."""
+        op = _live_record(cls).op
+        assert op is not None
+        return op
+
+    @property
+    def qualname(cls) -> str:
+        """``"ns::name"`` (or ``"ns::name.overload"``)."""
+        return _live_record(cls).qualname
+
+    @property
+    def schema(cls) -> str:
+        """The schema without the name: ``"(Tensor x) -> Tensor"``."""
+        return _live_record(cls).schema_str
+
+
+def _live_record(cls: Any) -> OpRecord:
+    record: OpRecord | None = cls.__dict__.get("_opclass_record")
+    if record is None:
+        raise AttributeError(f"{cls.__qualname__} is an abstract op base: it defines no kernel, so it is no op")
+    if not record.live:
+        live = _record.lookup(record.qualname)
+        if live is None:
+            raise AttributeError(f"{record.qualname} was removed; define {cls.__qualname__} again to use it")
+        return live
+    return record
+
+
+class CustomOp(metaclass=OpMeta):
+    """Base class of custom operators: subclass it and define hooks as static methods.
+
+    Class keywords: ``name`` (``"ns::op"``, ``"ns::op.overload"``, or a bare ``"op"`` under an
+    inherited ``namespace``; default: the class name in snake_case), ``namespace`` (inherited by
+    subclasses), ``mutates_args`` (names of the Tensor arguments the op writes to), ``schema`` (an
+    explicit schema string) and ``tags`` (``torch.Tag`` or a sequence of them).
+
+    A class that defines no kernel (``cpu``, ``cuda``, ``default``, ...) is an abstract base and
+    registers nothing. Calling an op class calls the op and returns its result.
+
+    Example:
+        >>> import torch, opclass
+        >>> from torch import Tensor
+        >>> class DocsScale(opclass.CustomOp, name="docs_op::scale"):
+        ...     @staticmethod
+        ...     def cpu(x: Tensor, factor: float = 2.0) -> Tensor:
+        ...         return x * factor
+        ...     @staticmethod
+        ...     def abstract(x: Tensor, factor: float = 2.0) -> Tensor:
+        ...         return torch.empty_like(x)
+        >>> DocsScale(torch.ones(2))
+        tensor([2., 2.])
+        >>> DocsScale.schema
+        '(Tensor x, float factor=2.) -> Tensor'
+        >>> opclass.remove(DocsScale)
+    """
+
+    _opclass_record: ClassVar[OpRecord | None] = None
+    _opclass_call: ClassVar[Callable[..., Any] | None] = None
+    _opclass_op: ClassVar[torch._ops.OpOverload | None] = None
+    _opclass_keywords: ClassVar[dict[str, Any]] = {}
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # Eager calls go through OpMeta.__call__ and never get here. torch.compile ignores a
+        # metaclass __call__ and traces __new__ instead: give it the plain dispatcher call, so
+        # the graph records the op as one node.
+        op = cls._opclass_op
+        if op is None:
+            return OpMeta.__call__(cls, *args, **kwargs)
+        return op(*args, **kwargs)
+
+    def __init_subclass__(
+        cls,
+        *,
+        name: str | None = None,
+        namespace: str | None = None,
+        mutates_args: Iterable[str] | None = None,
+        schema: str | None = None,
+        tags: torch.Tag | Iterable[torch.Tag] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        given = {"name": name, "namespace": namespace, "mutates_args": mutates_args, "schema": schema, "tags": tags}
+        OpBuilder(cls, given).run()
+
+    if TYPE_CHECKING:
+        # Typed loosely so that any signature may override them.
+        default: ClassVar[Callable[..., Any]]
+        cpu: ClassVar[Callable[..., Any]]
+        cuda: ClassVar[Callable[..., Any]]
+        abstract: ClassVar[Callable[..., Any]]
+        setup_context: ClassVar[Callable[..., Any]]
+        backward: ClassVar[Callable[..., Any]]
+        vmap: ClassVar[Callable[..., Any]]
+    else:
+
+        @staticmethod
+        @_stub
+        def default(*args, **kwargs):
+            """Kernel for every device type (registered as CompositeExplicitAutograd).
+
+            Takes the op's arguments; a device-specific hook (``cpu``, ``cuda``...) wins over it.
+            """
+            raise NotImplementedError
+
+        @staticmethod
+        @_stub
+        def cpu(*args, **kwargs):
+            """Kernel for CPU tensors. Other device types work the same way by name: ``cuda``,
+            ``mps``, ``xpu``, ``hpu``, ``mtia``, ``xla``, ``ipu``, ``maia``, ``hip``, ``privateuseone``."""
+            raise NotImplementedError
+
+        @staticmethod
+        @_stub
+        def cuda(*args, **kwargs):
+            """Kernel for CUDA tensors."""
+            raise NotImplementedError
+
+        @staticmethod
+        @_stub
+        def abstract(*args, **kwargs):
+            """Fake kernel: output metadata (shape, dtype, strides) without reading data.
+
+            Needed for torch.compile, torch.export and FakeTensor. ``torch.library.get_ctx()``
+            works inside it for data-dependent sizes. Generated when the op returns nothing or
+            is tagged ``Tag.inplace`` / ``Tag.out``.
+            """
+            raise NotImplementedError
+
+        @staticmethod
+        @_stub
+        def setup_context(ctx, inputs, output):
+            """Save what ``backward`` needs: ``ctx.save_for_backward(...)``, ``ctx.attr = ...``.
+
+            ``inputs`` holds every positional argument (defaults filled in). Ops with
+            keyword-only arguments use ``setup_context(ctx, inputs, keyword_only_inputs, output)``.
+            """
+            raise NotImplementedError
+
+        @staticmethod
+        @_stub
+        def backward(ctx, *grads):
+            """Gradients of the inputs given gradients of the outputs (one per positional input;
+            ``None`` for non-Tensor inputs). Needs ``setup_context``."""
+            raise NotImplementedError
+
+        @staticmethod
+        @_stub
+        def vmap(info, in_dims, *args):
+            """Batching rule for ``torch.vmap``: return ``(output, out_dims)``; see
+            ``torch.library.register_vmap``."""
+            raise NotImplementedError

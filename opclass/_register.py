@@ -1,0 +1,166 @@
+"""Dispatcher registrations every op gets, whatever hooks it defines.
+
+Built through ``torch.library.Library`` primitives directly rather than ``torch.library.custom_op``:
+the same safety checks (output aliasing, version bumps, the missing-formula error), fewer layers.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+import torch
+from torch import _C
+
+from ._autograd import build_autograd_function, make_autograd_kernel
+from ._record import OpRecord
+
+_AFTER_AD_INPLACE = _C._after_ADInplaceOrView_keyset
+
+
+def define(record: OpRecord) -> None:
+    """Create the op: a fresh ``Library`` fragment owning every registration of this record."""
+    lib = torch.library.Library(record.namespace, "FRAGMENT")
+    record.lib = lib
+    tags = tuple(record.tags)
+    if torch.Tag.pt2_compliant_tag not in tags:
+        tags += (torch.Tag.pt2_compliant_tag,)
+    lib.define(record.overload_name() + record.schema_str, tags=tags)
+    packet = getattr(getattr(torch.ops, record.namespace), record.name)
+    record.op = getattr(packet, record.overload or "default")
+    record.schema = record.op._schema
+
+
+def register_core(record: OpRecord) -> None:
+    """Autograd, ADInplaceOrView (mutable ops) and BackendSelect (no Tensor inputs) kernels."""
+    lib = record.lib
+    assert lib is not None
+    name = record.overload_name()
+    record.autograd_function = build_autograd_function(record)
+    lib.impl(name, make_autograd_kernel(record), "Autograd", with_keyset=True)
+    if record.mutated:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Warning only once for all operators")
+            lib.impl(name, _version_bump_kernel(record), "ADInplaceOrView", with_keyset=True)
+    if not _has_tensor_arg(record.schema):
+        index = _device_arg(record.schema)
+        if index is not None:
+            lib.impl(name, _backend_select_kernel(record, index), "BackendSelect", with_keyset=True)
+
+
+def register_default_fake(record: OpRecord) -> None:
+    """The fake kernel when the class has no ``abstract``: generated where torch generates one."""
+    assert record.lib is not None
+    if record.fake is not None:
+        return
+    returns = record.schema.returns
+    if record.is_inplace:
+        fake: Callable[..., Any] = lambda *args, **kwargs: args[0]  # noqa: E731
+    elif record.is_out:
+        outs = [a.name for a in record.schema.arguments if a.name in record.mutated_names and a.kwarg_only]
+
+        def fake(*args: Any, **kwargs: Any) -> Any:
+            values = tuple(kwargs[n] for n in outs)
+            return values[0] if len(values) == 1 else values
+
+    elif not returns:
+        fake = lambda *args, **kwargs: None  # noqa: E731
+    else:
+        qualname, cls_name = record.qualname, record.cls_name
+
+        def fake(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError(
+                f"{qualname} has no fake kernel, which torch.compile, torch.export and FakeTensor need: "
+                f"define {cls_name}.abstract (same arguments; build outputs with torch.empty_like etc.)"
+            )
+
+    record.fake = fake
+    record.lib._register_fake(record.overload_name(), fake, _stacklevel=1)
+
+
+def checked_kernel(record: OpRecord, hook: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` wrapped with the output contract the schema promises (aliasing, in-place, out=)."""
+    where = f"{record.qualname} ({record.cls_name}.{hook})"
+    if record.is_inplace:
+
+        def inplace_kernel(*args: Any, **kwargs: Any) -> Any:
+            result = fn(*args, **kwargs)
+            if result is not args[0]:
+                raise RuntimeError(f"{where}: an operator tagged with torch.Tag.inplace must return its first argument.")
+            return result
+
+        return inplace_kernel
+    if record.is_out:
+        outs = [a.name for a in record.schema.arguments if a.name in record.mutated_names]
+
+        def out_kernel(*args: Any, **kwargs: Any) -> Any:
+            result = fn(*args, **kwargs)
+            got = result if isinstance(result, tuple) else (result,)
+            if len(got) != len(outs) or any(r is not kwargs[n] for r, n in zip(got, outs)):
+                raise RuntimeError(f"{where}: an operator tagged with torch.Tag.out must return its mutable keyword-only arguments.")
+            return result
+
+        return out_kernel
+    if record.mutated or not record.schema.returns:
+        return fn
+    any_alias = _C._any_output_is_alias_to_input_or_output
+
+    def functional_kernel(*args: Any, **kwargs: Any) -> Any:
+        result = fn(*args, **kwargs)
+        if any_alias(args, kwargs, result if type(result) is tuple else (result,)):
+            raise RuntimeError(
+                f"{where}: the output of this custom operator (1) must not also be an input to this "
+                "custom operator and (2) may not alias any inputs to this custom operator or other "
+                "returns. Return a clone of the offending output (e.g. x.clone()) instead."
+            )
+        return result
+
+    return functional_kernel
+
+
+def _version_bump_kernel(record: OpRecord) -> Callable[..., Any]:
+    positions = [i for i in record.mutated if not record.schema.arguments[i].kwarg_only]
+    names = [record.schema.arguments[i].name for i in record.mutated if record.schema.arguments[i].kwarg_only]
+    op = record.op
+    assert op is not None
+    bump = torch.autograd.graph.increment_version
+
+    def ad_inplace_or_view(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        for i in positions:
+            if i < len(args) and args[i] is not None:
+                bump(args[i])
+        for n in names:
+            if kwargs.get(n) is not None:
+                bump(kwargs[n])
+        return op.redispatch(keyset & _AFTER_AD_INPLACE, *args, **kwargs)
+
+    return ad_inplace_or_view
+
+
+def _has_tensor_arg(schema: torch._C.FunctionSchema) -> bool:
+    return any("Tensor" in str(a.type) for a in schema.arguments)
+
+
+def _device_arg(schema: torch._C.FunctionSchema) -> int | None:
+    for i, a in enumerate(schema.arguments):
+        if str(a.type) == "Device":
+            return i
+    return None
+
+
+def _backend_select_kernel(record: OpRecord, index: int) -> Callable[..., Any]:
+    """Ops without Tensor inputs pick their kernel from the ``device`` argument."""
+    arg = record.schema.arguments[index]
+    default = arg.default_value if arg.has_default_value() else None
+    op = record.op
+    assert op is not None
+
+    def backend_select(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        if arg.kwarg_only:
+            device = kwargs.get(arg.name, default)
+        else:
+            device = args[index] if index < len(args) else default
+        key = getattr(_C.DispatchKey, _C._dispatch_key_for_device(torch.device(device).type))
+        return op.redispatch(_C.DispatchKeySet(key), *args, **kwargs)
+
+    return backend_select

@@ -1,0 +1,482 @@
+"""Python annotations <-> dispatcher schema strings.
+
+Everything ``torch.library.custom_op`` infers is accepted, plus ``tuple[T, ...]`` inputs, keyword-only
+Tensors, ``Optional[Tensor]`` returns, ``torch.layout`` and ``torch.memory_format``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import collections.abc
+import dataclasses
+import inspect
+import sys
+import types
+import typing
+from typing import Any, Iterable, Sequence
+
+import torch
+from torch import Tensor
+
+from .errors import format_annotation
+
+# Base Python types and the schema type each becomes.
+_BASE: dict[Any, str] = {
+    Tensor: "Tensor",
+    int: "SymInt",
+    float: "float",
+    bool: "bool",
+    str: "str",
+    torch.types.Number: "Scalar",
+    torch.dtype: "ScalarType",
+    torch.device: "Device",
+    torch.layout: "Layout",
+    torch.memory_format: "MemoryFormat",
+}
+# Element types that may appear in a list (``T[]``), and those whose list may be optional (``T[]?``).
+_LISTABLE = {"Tensor", "SymInt", "float", "bool", "Scalar"}
+_RETURNS = {"Tensor", "SymInt", "float", "bool", "Scalar"}
+_SEQUENCE_ORIGINS = (list, collections.abc.Sequence, tuple)
+
+#: The supported-types table shown in the docs: annotation -> schema type.
+SUPPORTED_TYPES: list[tuple[str, str]] = [
+    ("Tensor", "Tensor"),
+    ("int", "SymInt"),
+    ("float", "float"),
+    ("bool", "bool"),
+    ("str", "str"),
+    ("torch.types.Number (int | float | bool)", "Scalar"),
+    ("torch.dtype", "ScalarType"),
+    ("torch.device", "Device"),
+    ("torch.layout", "Layout"),
+    ("torch.memory_format", "MemoryFormat"),
+    ("Optional[T] / T | None, for any T above", "T?"),
+    ("list[T] / Sequence[T] / tuple[T, ...], T in Tensor, int, float, bool, Number", "T[]"),
+    ("list[Optional[Tensor]]", "Tensor?[]"),
+    ("Optional[list[T]], T in int, float, bool", "T[]?"),
+]
+
+
+class SchemaProblem(Exception):
+    """An annotation or default that has no schema form; the builder turns it into OpDefinitionError."""
+
+    def __init__(self, param: str | None, problem: str, fix: str) -> None:
+        super().__init__(problem)
+        self.param = param
+        self.problem = problem
+        self.fix = fix
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """One schema argument as opclass sees it."""
+
+    name: str
+    type: str  # schema type without alias annotation, e.g. "Tensor?[]"
+    kwarg_only: bool
+    has_default: bool
+    default: Any
+
+
+# --------------------------------------------------------------------------- annotations
+
+
+def resolve_annotations(fn: Any) -> dict[str, Any]:
+    """The evaluated annotations of ``fn`` (``from __future__ import annotations`` included).
+
+    Strings are evaluated in the function's module globals; names that only exist in an enclosing
+    function are found through the closure, which is how locally defined ops still work.
+    """
+    raw = dict(getattr(fn, "__annotations__", {}) or {})
+    if not any(isinstance(v, str) for v in raw.values()):
+        return raw
+    namespace: dict[str, Any] = dict(vars(builtins))
+    namespace.update({"Tensor": Tensor, "torch": torch, "typing": typing})
+    module = sys.modules.get(getattr(fn, "__module__", "") or "")
+    namespace.update(getattr(fn, "__globals__", None) or (vars(module) if module else {}))
+    code = getattr(fn, "__code__", None)
+    closure = getattr(fn, "__closure__", None)
+    if code is not None and closure:
+        for name, cell in zip(code.co_freevars, closure):
+            try:
+                namespace[name] = cell.cell_contents
+            except ValueError:
+                pass
+    resolved = {}
+    for key, value in raw.items():
+        if isinstance(value, str):
+            try:
+                value = eval(value, namespace)  # noqa: S307 - annotations are the user's own code
+            except Exception as e:
+                who = "return" if key == "return" else key
+                raise SchemaProblem(
+                    None if key == "return" else key,
+                    f"annotation {value!r} of {who!r} cannot be evaluated ({type(e).__name__}: {e})",
+                    "import the names it uses at module level",
+                ) from None
+        resolved[key] = value
+    return resolved
+
+
+def _optional_inner(ann: Any) -> Any:
+    """``X`` for ``Optional[X]`` / ``X | None``; ``None`` otherwise."""
+    origin = typing.get_origin(ann)
+    if origin is typing.Union or origin is types.UnionType:
+        args = typing.get_args(ann)
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) < len(args):
+            return rest[0] if len(rest) == 1 else typing.Union[tuple(rest)]  # type: ignore[return-value]
+    return None
+
+
+def _is_scalar_union(ann: Any) -> bool:
+    origin = typing.get_origin(ann)
+    if origin is typing.Union or origin is types.UnionType:
+        members = set(typing.get_args(ann))
+        return len(members) >= 2 and members <= {int, float, bool}
+    return False
+
+
+def _element(ann: Any) -> Any:
+    """The element type of ``list[X]``, ``Sequence[X]`` or ``tuple[X, ...]``; ``None`` otherwise."""
+    origin = typing.get_origin(ann)
+    args = typing.get_args(ann)
+    if origin in (list, collections.abc.Sequence) and len(args) == 1:
+        return args[0]
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return args[0]
+    return None
+
+
+def _base(ann: Any) -> str | None:
+    if ann in _BASE:
+        return _BASE[ann]
+    if _is_scalar_union(ann):
+        return "Scalar"
+    return None
+
+
+def param_type(ann: Any) -> str:
+    """The schema type for a parameter annotation, e.g. ``Optional[list[int]]`` -> ``SymInt[]?``."""
+    base = _base(ann)
+    if base is not None:
+        return base
+    inner = _optional_inner(ann)
+    if inner is not None:
+        t = _list_type(inner) or _base(inner)
+        # The dispatcher has no optional Tensor list (``Tensor[]?``) nor optional of an optional.
+        if t is None or t.endswith("?") or t == "Tensor[]" or t == "Tensor?[]":
+            return _unsupported(ann)
+        return t + "?"
+    t = _list_type(ann)
+    if t is not None:
+        return t
+    return _unsupported(ann)
+
+
+def _list_type(ann: Any) -> str | None:
+    elem = _element(ann)
+    if elem is None:
+        return None
+    base = _base(elem)
+    if base in _LISTABLE:
+        return base + "[]"
+    opt = _optional_inner(elem)
+    if opt is Tensor:
+        return "Tensor?[]"
+    return None
+
+
+def _unsupported(ann: Any) -> str:
+    text = format_annotation(ann)
+    origin = typing.get_origin(ann)
+    args = typing.get_args(ann)
+    if origin is tuple:
+        elems = [a for a in args if a is not Ellipsis]
+        if len(set(elems)) == 1 and elems:
+            fix = f"write tuple[{format_annotation(elems[0])}, ...] or list[{format_annotation(elems[0])}]"
+        else:
+            fix = "inputs cannot be fixed-length tuples; write list[T] or separate parameters"
+        raise SchemaProblem(None, f"unsupported annotation {text}", fix)
+    if origin in (dict, collections.abc.Mapping) or ann in (dict, typing.Dict):
+        raise SchemaProblem(None, f"unsupported annotation {text}", "pass the values as separate parameters")
+    if ann is typing.Any or ann is object:
+        raise SchemaProblem(None, f"unsupported annotation {text}", "write a concrete schema type such as Tensor or int")
+    if ann in (list, tuple, collections.abc.Sequence) or (origin in _SEQUENCE_ORIGINS and not args):
+        raise SchemaProblem(None, f"unsupported annotation {text}", "give the element type, e.g. list[Tensor] or list[int]")
+    module = getattr(ann, "__module__", "") or ""
+    if module.startswith("numpy"):
+        fix = "take a Tensor and convert with .numpy() inside the kernel"
+    elif _element(ann) is not None or origin is not None:
+        fix = "supported are list[T] / tuple[T, ...] of Tensor, int, float, bool, Number, and list[Optional[Tensor]]"
+    else:
+        fix = (
+            "supported are Tensor, int, float, bool, str, Number, torch.dtype, torch.device, torch.layout, "
+            "torch.memory_format, their Optional forms and lists; or pass schema="
+        )
+    raise SchemaProblem(None, f"unsupported annotation {text}", fix)
+
+
+def return_type(ann: Any) -> str:
+    """The schema return for a return annotation: ``Tensor``, ``(Tensor, Tensor)``, ``()``..."""
+    if ann is None or ann is type(None):
+        return "()"
+    if typing.get_origin(ann) is tuple:
+        args = typing.get_args(ann)
+        if not args or Ellipsis in args:
+            raise SchemaProblem(
+                None, f"unsupported return annotation {format_annotation(ann)}", "write tuple[Tensor, Tensor] with one entry per output"
+            )
+        inner = ", ".join(_single_return(a, ann) for a in args)
+        return f"(({inner}))" if len(args) == 1 else f"({inner})"
+    return _single_return(ann, ann)
+
+
+def _single_return(ann: Any, whole: Any) -> str:
+    base = _base(ann)
+    if base in _RETURNS:
+        return base
+    elem = _element(ann)
+    if elem is Tensor and typing.get_origin(ann) is list:
+        return "Tensor[]"
+    if _optional_inner(ann) is Tensor:
+        return "Tensor?"
+    raise SchemaProblem(
+        None,
+        f"unsupported return annotation {format_annotation(whole)}",
+        "return Tensor, list[Tensor], Optional[Tensor], int, float, bool, Number, None, or a tuple of those",
+    )
+
+
+def default_text(value: Any, schema_type: str) -> str:
+    """How ``value`` is written as a schema default, e.g. ``torch.float32`` -> ``float32``."""
+    if value is None:
+        if not schema_type.endswith("?"):
+            raise SchemaProblem(None, f"default None for non-optional type {schema_type}", "annotate it Optional[...]")
+        return "None"
+    if isinstance(value, bool) or isinstance(value, (int, float)):
+        return repr(value) if not isinstance(value, bool) else str(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, torch.device):
+        return f'"{value}"'
+    if isinstance(value, torch.dtype):
+        return str(value).removeprefix("torch.")
+    if value is torch.strided or value is torch.contiguous_format:
+        return str(value).removeprefix("torch.")
+    if isinstance(value, (torch.layout, torch.memory_format)):
+        raise SchemaProblem(
+            None,
+            f"default {value} cannot be written in a schema (only torch.strided and torch.contiguous_format can)",
+            "annotate it Optional[...] with default None and pick the value inside the kernel",
+        )
+    if isinstance(value, (tuple, list)) and all(isinstance(v, (int, float, bool)) for v in value):
+        return "[" + ", ".join(default_text(v, "x") for v in value) + "]"
+    raise SchemaProblem(
+        None,
+        f"default {value!r} of type {type(value).__name__} has no schema form",
+        "use None, a number, bool, str, torch.dtype, torch.device, torch.layout, torch.memory_format or a tuple of numbers",
+    )
+
+
+# --------------------------------------------------------------------------- derivation
+
+
+def derive(fn: Any, mutates_args: Sequence[str], tags: Sequence[torch.Tag]) -> str:
+    """The schema string ``(Tensor x, ...) -> Tensor`` for a kernel's annotated signature."""
+    annotations = resolve_annotations(fn)
+    sig = inspect.signature(fn)
+    params = []
+    saw_kw_only = False
+    positional: list[tuple[int, str, str]] = []  # (index, name, type) of positional params
+    out_names: list[str] = []
+    for idx, (name, p) in enumerate(sig.parameters.items()):
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
+            kind = {p.VAR_POSITIONAL: "*args", p.VAR_KEYWORD: "**kwargs", p.POSITIONAL_ONLY: "positional-only parameters"}[p.kind]
+            raise SchemaProblem(name, f"{kind} have no schema form", "list every parameter by name")
+        if name not in annotations:
+            raise SchemaProblem(name, f"parameter {name!r} has no annotation", "annotate it, e.g. x: Tensor")
+        try:
+            ptype = param_type(annotations[name])
+        except SchemaProblem as e:
+            raise SchemaProblem(name, f"parameter {name!r}: {e.problem}", e.fix) from None
+        if p.kind is p.KEYWORD_ONLY and not saw_kw_only:
+            params.append("*")
+            saw_kw_only = True
+        text = ptype
+        if name in mutates_args:
+            if not ptype.startswith("Tensor"):
+                raise SchemaProblem(name, f"mutates_args names {name!r}, which is {ptype}, not a Tensor", f"remove {name!r} from mutates_args")
+            text = f"Tensor(a{idx}!){ptype[len('Tensor'):]}"
+            if torch.Tag.out in tags:
+                if p.kind is not p.KEYWORD_ONLY or ptype != "Tensor":
+                    raise SchemaProblem(name, f"Tag.out needs {name!r} to be a keyword-only Tensor", f"write it after '*' as {name}: Tensor")
+                out_names.append(name)
+        if p.kind is not p.KEYWORD_ONLY:
+            positional.append((idx, name, ptype))
+        if p.default is not p.empty:
+            try:
+                text += f" {name}={default_text(p.default, ptype)}"
+            except SchemaProblem as e:
+                raise SchemaProblem(name, f"parameter {name!r}: {e.problem}", e.fix) from None
+        else:
+            text += f" {name}"
+        params.append(text)
+    if "return" not in annotations:
+        raise SchemaProblem(None, "the return has no annotation", "annotate it, e.g. -> Tensor, or -> None")
+    ret = return_type(annotations["return"])
+    if torch.Tag.inplace in tags:
+        if not positional or positional[0][2] != "Tensor" or set(mutates_args) != {positional[0][1]}:
+            raise SchemaProblem(None, "Tag.inplace needs the first parameter to be a Tensor that is the only one mutated", "set mutates_args=(first parameter name,)")
+        if ret != "Tensor":
+            raise SchemaProblem(None, "Tag.inplace needs the return annotation -> Tensor", "return the mutated first argument, annotated -> Tensor")
+        ret = f"Tensor(a{positional[0][0]}!)"
+    if torch.Tag.out in tags:
+        if not out_names:
+            raise SchemaProblem(None, "Tag.out needs at least one keyword-only Tensor in mutates_args", "add e.g. *, out: Tensor and mutates_args=('out',)")
+        expected = "Tensor" if len(out_names) == 1 else "(" + ", ".join(["Tensor"] * len(out_names)) + ")"
+        if ret != expected:
+            raise SchemaProblem(None, f"Tag.out needs the return annotation to match the out arguments {tuple(out_names)}", f"annotate the return as {expected.replace('(', 'tuple[').replace(')', ']')}")
+        aliases = [f"Tensor(a{list(sig.parameters).index(n)}!)" for n in out_names]
+        ret = aliases[0] if len(aliases) == 1 else "(" + ", ".join(aliases) + ")"
+    return "(" + ", ".join(params) + ") -> " + ret
+
+
+def parse(qualname: str, schema: str) -> torch._C.FunctionSchema:
+    """Parse ``(args) -> ret`` for the op ``ns::name[.overload]``."""
+    return torch._C.parse_schema(qualname + schema)
+
+
+def params(schema: torch._C.FunctionSchema) -> list[Param]:
+    """The arguments of a parsed schema, in order."""
+    out = []
+    for a in schema.arguments:
+        has_default = a.has_default_value()
+        out.append(Param(a.name, str(a.real_type), a.kwarg_only, has_default, a.default_value if has_default else None))
+    return out
+
+
+def mutated_names(schema: torch._C.FunctionSchema) -> list[str]:
+    """Names of the arguments the schema marks as written to."""
+    return [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+
+
+def describe_difference(a: torch._C.FunctionSchema, b: torch._C.FunctionSchema) -> str | None:
+    """The first way two schemas differ, in words; ``None`` if they are the same."""
+    if len(a.arguments) != len(b.arguments):
+        return f"{len(a.arguments)} vs {len(b.arguments)} parameters"
+    for x, y in zip(a.arguments, b.arguments):
+        if x.name != y.name:
+            return f"parameter {x.name!r} vs {y.name!r}"
+        if str(x.real_type) != str(y.real_type):
+            return f"parameter {x.name!r} is {x.real_type} vs {y.real_type}"
+        if x.kwarg_only != y.kwarg_only:
+            return f"parameter {x.name!r} is keyword-only in one only"
+        if x.has_default_value() != y.has_default_value() or (
+            x.has_default_value() and x.default_value != y.default_value
+        ):
+            dx = x.default_value if x.has_default_value() else "no default"
+            dy = y.default_value if y.has_default_value() else "no default"
+            return f"parameter {x.name!r} default {dx!r} vs {dy!r}"
+    ra = [str(r.real_type) for r in a.returns]
+    rb = [str(r.real_type) for r in b.returns]
+    if ra != rb:
+        return f"returns ({', '.join(ra)}) vs ({', '.join(rb)})"
+    return None
+
+
+# --------------------------------------------------------------------------- Python side
+
+_PY_TYPES: dict[str, Any] = {
+    "Tensor": Tensor,
+    "int": int,
+    "float": float,
+    "bool": bool,
+    "str": str,
+    "number": torch.types.Number,
+    "ScalarType": torch.dtype,
+    "Device": torch.device,
+    "Layout": torch.layout,
+    "MemoryFormat": torch.memory_format,
+}
+
+
+def _py_type(t: str) -> Any:
+    """The annotation for a JIT type string such as ``Optional[List[int]]`` (from ``Argument.real_type``)."""
+    if t.startswith("Optional[") and t.endswith("]"):
+        return typing.Optional[_py_type(t[len("Optional["):-1])]
+    if t.startswith("List[") and t.endswith("]"):
+        return list[_py_type(t[len("List["):-1])]  # type: ignore[misc]
+    return _PY_TYPES.get(t, typing.Any)
+
+
+def _dtype_from_code(code: int) -> Any:
+    """The dtype the schema parser stores as ``code`` (it keeps ScalarType defaults as enum ints)."""
+    if not _DTYPE_CODES:
+        for d in vars(torch).values():
+            if isinstance(d, torch.dtype) and d not in _DTYPE_CODES.values():
+                try:
+                    arg = torch._C.parse_schema(f"x::f(ScalarType d={default_text(d, 'x')}) -> ()").arguments[0]
+                except (RuntimeError, SchemaProblem):
+                    continue
+                _DTYPE_CODES[arg.default_value] = d
+    return _DTYPE_CODES.get(code, code)
+
+
+_DTYPE_CODES: dict[int, torch.dtype] = {}
+
+
+def _py_default(arg: torch._C.Argument) -> Any:
+    value = arg.default_value
+    t = str(arg.real_type)
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        if "ScalarType" in t:
+            return _dtype_from_code(value)
+        if "Layout" in t:
+            return torch.strided
+        if "MemoryFormat" in t:
+            return torch.contiguous_format
+    if isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+def python_signature(schema: torch._C.FunctionSchema) -> inspect.Signature:
+    """An ``inspect.Signature`` for the op, used for ``inspect.signature(MyOp)`` and the call function."""
+    params = []
+    for a in schema.arguments:
+        kind = inspect.Parameter.KEYWORD_ONLY if a.kwarg_only else inspect.Parameter.POSITIONAL_OR_KEYWORD
+        default = _py_default(a) if a.has_default_value() else inspect.Parameter.empty
+        params.append(inspect.Parameter(a.name, kind, default=default, annotation=_py_type(str(a.real_type))))
+    returns = [_py_type(str(r.real_type)) for r in schema.returns]
+    ret: Any = None if not returns else returns[0] if len(returns) == 1 else tuple[tuple(returns)]  # type: ignore[misc]
+    return inspect.Signature(params, return_annotation=ret)
+
+
+def kernel_signature_problem(fn: Any, schema: torch._C.FunctionSchema) -> str | None:
+    """Why an unannotated kernel cannot take the op's arguments, or ``None`` if it can."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    ps = list(sig.parameters.values())
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in ps):
+        return None
+    names = [p.name for p in ps]
+    expected = [a.name for a in schema.arguments]
+    if names != expected:
+        return f"its parameters ({', '.join(names)}) do not match the op's ({', '.join(expected)})"
+    for p, a in zip(ps, schema.arguments):
+        if a.kwarg_only != (p.kind is p.KEYWORD_ONLY):
+            return f"parameter {p.name!r} must {'' if a.kwarg_only else 'not '}be keyword-only"
+        # The dispatcher drops arguments equal to their default before calling a Python kernel.
+        if a.has_default_value() and p.default is p.empty:
+            return f"parameter {p.name!r} needs a default (the schema gives {a.name}={a.default_value!r})"
+    return None
+
+
+def dedupe(names: Iterable[str]) -> tuple[str, ...]:
+    """``names`` in order, without repeats."""
+    return tuple(dict.fromkeys(names))

@@ -1,0 +1,92 @@
+"""Errors raised by opclass, and the helpers that make their messages quote the user's code."""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from typing import Any, Iterable
+
+__all__ = ["OpDefinitionError"]
+
+
+class OpDefinitionError(TypeError):
+    """A ``CustomOp`` subclass is defined wrongly; raised while the class statement runs.
+
+    The message names the class, the hook (with the user's signature), the problem and the fix::
+
+        Bad.abstarct(x: Tensor) -> Tensor: not a hook; did you mean 'abstract'?
+
+    Attributes ``cls_name``, ``hook``, ``problem`` and ``fix`` hold the parts.
+
+    Example:
+        >>> import opclass, torch
+        >>> try:
+        ...     class Bad(opclass.CustomOp, name="docs_errors::bad"):
+        ...         @staticmethod
+        ...         def cpu(x):  # no annotations and no schema=
+        ...             return x
+        ... except opclass.OpDefinitionError as e:
+        ...     print(e.hook)
+        cpu
+    """
+
+    def __init__(self, cls_name: str, hook: str | None, where: str, problem: str, fix: str = "") -> None:
+        self.cls_name = cls_name
+        self.hook = hook
+        self.problem = problem
+        self.fix = fix
+        message = f"{where}: {problem}"
+        if fix:
+            message += f"; {fix}"
+        super().__init__(message)
+
+
+def format_annotation(annotation: Any) -> str:
+    """Write an annotation the way a user would have typed it (``Tensor``, not ``torch.Tensor``)."""
+    if isinstance(annotation, str):
+        return annotation
+    text = inspect.formatannotation(annotation)
+    return text.replace("torch.Tensor", "Tensor").replace("typing.", "")
+
+
+class _Text:
+    """An annotation shown as its text: ``inspect`` prints ``repr`` of non-type annotations."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def format_signature(fn: Any) -> str:
+    """``(x: Tensor, n: int = 2) -> Tensor`` for ``fn``, or ``(...)`` if it has none."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return "(...)"
+    params = [
+        p if p.annotation is p.empty else p.replace(annotation=_Text(format_annotation(p.annotation)))
+        for p in sig.parameters.values()
+    ]
+    ret = sig.return_annotation
+    if ret is not sig.empty:
+        ret = _Text(format_annotation(ret))
+    return str(sig.replace(parameters=params, return_annotation=ret))
+
+
+def formatdef(cls_name: str, hook: str, fn: Any) -> str:
+    """``Cls.hook(x: Tensor) -> Tensor``: where an error points in the user's class."""
+    return f"{cls_name}.{hook}{format_signature(fn)}"
+
+
+def did_you_mean(name: str, candidates: Iterable[str], aliases: dict[str, str] | None = None) -> str | None:
+    """The candidate ``name`` most likely misspells, if any (case slips, aliases, near misses)."""
+    candidates = list(candidates)
+    if aliases and name.lower() in aliases and aliases[name.lower()] in candidates:
+        return aliases[name.lower()]
+    lowered = {c.lower(): c for c in candidates}
+    if name.lower() in lowered:
+        return lowered[name.lower()]
+    close = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.75)
+    return lowered[close[0]] if close else None
