@@ -83,7 +83,7 @@ def build_autograd_function(record: OpRecord) -> type[torch.autograd.Function]:
         from torch._library.autograd import supports_tensorlist
 
         fn_cls = supports_tensorlist(fn_cls)
-    return fn_cls  # type: ignore[return-value]
+    return fn_cls
 
 
 def _is_list(t: Any) -> bool:
@@ -104,7 +104,7 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
     """The kernel registered at the Autograd key: apply the Function only when grad is needed."""
     fn_cls = record.autograd_function
     assert fn_cls is not None
-    apply = fn_cls.apply
+    apply: Callable[..., Any] = fn_cls.apply
     is_out = record.is_out
     opname = record.name
 

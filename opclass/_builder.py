@@ -26,8 +26,7 @@ _RESERVED_NAMESPACES = {"aten", "prim", "prims", "quantized", "_quantized", "ind
 _ALIASES = {
     "fake": "abstract", "meta": "abstract", "fake_impl": "abstract", "register_fake": "abstract",
     "abstract_impl": "abstract", "setup_ctx": "setup_context", "save_for_backward": "setup_context",
-    "backwards": "backward", "bwd": "backward", "grad": "backward", "forward": "default",
-    "impl": "default", "kernel": "default", "batch_rule": "vmap",
+    "backwards": "backward", "bwd": "backward", "forward": "default", "batch_rule": "vmap",
 }
 # Device names torch does not know, and the one that was meant.
 _NOT_DEVICES = {"gpu": "cuda", "tpu": "xla", "npu": "privateuseone", "metal": "mps", "rocm": "cuda", "hpu_": "hpu"}
@@ -84,6 +83,8 @@ class OpBuilder:
         self.inherited_schema: str | None = base.schema_str if base is not None else None
         inherited: dict[str, Any] = getattr(self.cls, "_opclass_keywords", {})
         merged = {**{k: v for k, v in inherited.items() if k != "name"}, **{k: v for k, v in self.given.items() if v is not None}}
+        if base is not None:
+            merged.setdefault("namespace", base.namespace)
         self.cls._opclass_keywords = merged  # type: ignore[attr-defined]
         self.keywords_raw = merged
 

@@ -134,6 +134,7 @@ def _check_vmap(fn: Any, ctx: HookContext) -> None:
 
 
 def _install_vmap(record: OpRecord, fn: Callable[..., Any]) -> None:
+    assert record.op is not None
     torch.library.register_vmap(record.op, fn, lib=record.lib)
 
 

@@ -160,7 +160,7 @@ def _backend_select_kernel(record: OpRecord, index: int) -> Callable[..., Any]:
             device = kwargs.get(arg.name, default)
         else:
             device = args[index] if index < len(args) else default
-        key = getattr(_C.DispatchKey, _C._dispatch_key_for_device(torch.device(device).type))
+        key = getattr(_C.DispatchKey, _C._dispatch_key_for_device(torch.device(device).type))  # type: ignore[arg-type]
         return op.redispatch(_C.DispatchKeySet(key), *args, **kwargs)
 
     return backend_select

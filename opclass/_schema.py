@@ -125,7 +125,7 @@ def _optional_inner(ann: Any) -> Any:
         args = typing.get_args(ann)
         rest = [a for a in args if a is not type(None)]
         if len(rest) < len(args):
-            return rest[0] if len(rest) == 1 else typing.Union[tuple(rest)]  # type: ignore[return-value]
+            return rest[0] if len(rest) == 1 else typing.Union[tuple(rest)]
     return None
 
 
@@ -419,7 +419,8 @@ def _dtype_from_code(code: int) -> Any:
                     arg = torch._C.parse_schema(f"x::f(ScalarType d={default_text(d, 'x')}) -> ()").arguments[0]
                 except (RuntimeError, SchemaProblem):
                     continue
-                _DTYPE_CODES[arg.default_value] = d
+                if isinstance(arg.default_value, int):
+                    _DTYPE_CODES[arg.default_value] = d
     return _DTYPE_CODES.get(code, code)
 
 
