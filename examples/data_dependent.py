@@ -22,11 +22,13 @@ class NumpyNonzero(CustomOp, name="ex_dynamic::numpy_nonzero"):
 
     @staticmethod
     def cpu(x: Tensor) -> Tensor:
+        torch._check(x.dim() > 0, lambda: "numpy_nonzero needs at least one dimension")
         indices = np.stack(np.nonzero(x.numpy()), axis=1)
         return torch.from_numpy(np.ascontiguousarray(indices, dtype=np.int64))
 
     @staticmethod
     def abstract(x: Tensor) -> Tensor:
+        torch._check(x.dim() > 0, lambda: "numpy_nonzero needs at least one dimension")
         ctx = torch.library.get_ctx()
         k = ctx.new_dynamic_size()  # data-dependent: 0 <= k (upper bound not known)
         return x.new_empty(k, x.dim(), dtype=torch.int64)

@@ -26,7 +26,7 @@ class WeightedSum(CustomOp, name="ex_list::weighted_sum"):
             raise ValueError(f"weighted_sum: {len(xs)} tensors but {len(weights)} weights")
         arrays = [x.numpy() for x in xs]
         total = sum(w * a for w, a in zip(weights, arrays))
-        return torch.from_numpy(np.ascontiguousarray(total, dtype=arrays[0].dtype))
+        return torch.from_numpy(np.array(total, dtype=arrays[0].dtype, order="C"))
 
     @staticmethod
     def abstract(xs: list[Tensor], weights: list[float]) -> Tensor:

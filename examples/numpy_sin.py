@@ -24,7 +24,8 @@ class NumpySin(CustomOp, name="ex_numpy::numpy_sin"):
 
     @staticmethod
     def cpu(x: Tensor) -> Tensor:
-        return torch.from_numpy(np.sin(x.numpy()))
+        # np.asarray: NumPy returns a scalar, not an array, for 0-dim input.
+        return torch.from_numpy(np.asarray(np.sin(x.numpy())))
 
     @staticmethod
     def abstract(x: Tensor) -> Tensor:

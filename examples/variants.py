@@ -40,7 +40,7 @@ class Softplus(CustomOp, namespace="ex_variants"):
 class SoftplusNumpy(Softplus):
     @staticmethod
     def cpu(x: Tensor) -> Tensor:
-        return torch.from_numpy(np.logaddexp(0, x.numpy()).astype(x.numpy().dtype, copy=False))
+        return torch.from_numpy(np.asarray(np.logaddexp(0, x.numpy()), dtype=x.numpy().dtype))
 
 
 class SoftplusTorch(Softplus):

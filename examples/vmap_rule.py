@@ -26,7 +26,7 @@ class NumpyMul(CustomOp, name="ex_vmap::numpy_mul"):
 
     @staticmethod
     def cpu(x: Tensor, y: Tensor) -> Tensor:
-        return torch.from_numpy(np.ascontiguousarray(np.multiply(x.numpy(), y.numpy())))
+        return torch.from_numpy(np.asarray(np.multiply(x.numpy(), y.numpy(), order="C")))
 
     @staticmethod
     def abstract(x: Tensor, y: Tensor) -> Tensor:

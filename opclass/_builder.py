@@ -30,6 +30,8 @@ _ALIASES = {
 }
 # Device names torch does not know, and the one that was meant.
 _NOT_DEVICES = {"gpu": "cuda", "tpu": "xla", "npu": "privateuseone", "metal": "mps", "rocm": "cuda", "hpu_": "hpu"}
+# Device types torch knows; a method named after one without a hook must not pass as a helper.
+_TORCH_DEVICE_TYPES = {"cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip", "ve", "fpga", "maia", "xla", "lazy", "vulkan", "mps", "hpu", "mtia", "privateuseone"}
 _STUB = "__opclass_stub__"
 _UNSET: Any = object()
 
@@ -55,7 +57,8 @@ class OpBuilder:
 
     def __init__(self, cls: type, keywords: dict[str, Any]) -> None:
         self.cls = cls
-        self.cls_name = cls.__qualname__
+        # Local classes read as ``Bad``, not ``test_x.<locals>.Bad``.
+        self.cls_name = cls.__qualname__.rpartition("<locals>.")[2]
         self.given = keywords
         self.hooks: Mapping[str, Hook] = hooks()
         self.defined: dict[str, Any] = {}  # hook name -> the user's value (staticmethods unwrapped)
@@ -109,9 +112,18 @@ class OpBuilder:
             device = _NOT_DEVICES.get(attr.lower())
             if device is not None:
                 self.fail(attr, f"unknown device type {attr!r}", f"the torch device type is '{device}': rename the method {device}", fn)
+            if attr in _TORCH_DEVICE_TYPES:
+                self.fail(
+                    attr,
+                    f"{attr!r} is a torch device type with no opclass hook",
+                    f"register one with opclass.register_hook(opclass.device_hook({attr!r})), or use default",
+                    fn,
+                )
             guess = did_you_mean(attr, self.hooks, _ALIASES)
             if guess is not None:
-                self.fail(attr, "not a hook", f"did you mean '{guess}'?", fn)
+                # A helper that merely contains a hook name (backward_impl) gets told how to keep it.
+                hint = f" (for a helper, name it _{attr})" if guess in attr and guess != attr else ""
+                self.fail(attr, "not a hook", f"did you mean '{guess}'?{hint}", fn)
 
     def validate_keywords(self) -> Keywords:
         """Name, namespace, mutates_args, schema and tags: types and spelling."""
@@ -236,6 +248,8 @@ class OpBuilder:
                 problem = _schema.kernel_signature_problem(fn, schema)
                 if problem is not None:
                     self.fail(hook, problem, f"write {hook}{_python_params(schema)}", fn)
+        if schema._is_view_op():
+            self.fail(None, f"schema {str(schema)!r} declares a view (an alias annotation without '!')", "return fresh Tensors (e.g. x.clone()) with a plain schema")
         if not any("Tensor" in str(a.type) for a in schema.arguments):
             device_kernels = [h for h in self.defined if self.hooks[h].backend and self.hooks[h].device_type]
             if device_kernels and not any(str(a.type) == "Device" for a in schema.arguments):
@@ -332,9 +346,10 @@ def install(record: OpRecord) -> None:
     record.kernels.clear()
     record.fake = record.setup_context = record.backward = None
     _register.define(record)
-    table = hooks()
-    for hook, value in record.hooks.items():
-        table[hook].install(record, value)
+    # Registry order, not class-body order: an installer may rely on earlier hooks' results.
+    for name, hook in hooks().items():
+        if name in record.hooks:
+            hook.install(record, record.hooks[name])
     _register.register_default_fake(record)
     _register.register_core(record)
 

@@ -145,7 +145,11 @@ def _check_autocast(value: Any, ctx: HookContext) -> None:
             "write autocast = {'cuda': torch.float16}",
         )
     for device_type, dtype in value.items():
-        if not isinstance(device_type, str) or not _C._is_autocast_available(device_type):
+        try:
+            available = isinstance(device_type, str) and _C._is_autocast_available(device_type)
+        except RuntimeError:  # not a device type at all
+            available = False
+        if not available:
             ctx.fail(f"{device_type!r} is not a device type with autocast", "use e.g. 'cpu' or 'cuda'")
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             ctx.fail(f"{dtype!r} is not a floating-point dtype", "use e.g. torch.float16 or torch.bfloat16")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import linecache
+import weakref
 from typing import Any, Callable
 
 from ._record import OpRecord
@@ -27,6 +27,8 @@ def compile_function(name: str, source: str, closure: dict[str, Any], filename_h
     exec(code, {"__builtins__": __builtins__}, namespace)  # noqa: S102 - our own generated source
     fn: Callable[..., Any] = namespace["__create_fn__"](**closure)
     linecache.cache[filename] = (len(outer), None, outer.splitlines(keepends=True), filename)
+    # Redefined and removed ops drop their function; their source goes with it.
+    weakref.finalize(fn, linecache.cache.pop, filename, None)
     return fn
 
 
@@ -62,7 +64,3 @@ def make_call(record: OpRecord, cls: type) -> Callable[..., Any]:
     fn.__signature__ = record.signature  # type: ignore[attr-defined]
     return fn
 
-
-def getsource(fn: Callable[..., Any]) -> str:
-    """The generated source of ``fn`` (a thin wrapper over :func:`inspect.getsource`)."""
-    return inspect.getsource(fn)

@@ -111,7 +111,7 @@ class CustomOp(metaclass=OpMeta):
         >>> DocsScale(torch.ones(2))
         tensor([2., 2.])
         >>> DocsScale.schema
-        '(Tensor x, float factor=2.) -> Tensor'
+        '(Tensor x, float factor=2.0) -> Tensor'
         >>> opclass.remove(DocsScale)
     """
 

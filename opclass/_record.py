@@ -8,6 +8,7 @@ import threading
 from typing import Any, Callable
 
 import torch
+from torch.fx.node import _side_effectful_functions
 
 __all__ = ["OpRecord", "remove", "lookup"]
 
@@ -99,6 +100,7 @@ def set_live(record: OpRecord) -> OpRecord | None:
 def destroy(record: OpRecord) -> None:
     """Drop every dispatcher registration of ``record`` (idempotent)."""
     record.live = False
+    _side_effectful_functions.discard(record.op)
     if record.lib is not None:
         record.lib._destroy()
         record.lib = None
@@ -156,9 +158,9 @@ def retire(old: OpRecord) -> None:
 def _redirect(qualname: str) -> Callable[..., Any]:
     def replaced_op(*args: Any, **kwargs: Any) -> Any:
         record = _LIVE.get(qualname)
-        cls = record.owner() if record is not None and record.owner is not None else None
-        if cls is None:
+        if record is None or record.op is None:
             raise RuntimeError(f"{qualname} was removed; define its class again to use it")
-        return cls(*args, **kwargs)
+        cls = record.owner() if record.owner is not None else None
+        return cls(*args, **kwargs) if cls is not None else record.op(*args, **kwargs)
 
     return replaced_op

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import torch
 from torch import _C
+from torch.fx.node import _side_effectful_functions
 
 from ._autograd import build_autograd_function, make_autograd_kernel
 from ._record import OpRecord
@@ -42,6 +43,9 @@ def register_core(record: OpRecord) -> None:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Warning only once for all operators")
             lib.impl(name, _version_bump_kernel(record), "ADInplaceOrView", with_keyset=True)
+    if not record.schema.returns and not record.mutated and record.op is not None:
+        # Only its side effect makes such an op useful: keep compilers from dropping it.
+        _side_effectful_functions.add(record.op)
     if not _has_tensor_arg(record.schema):
         index = _device_arg(record.schema)
         if index is not None:
@@ -101,7 +105,7 @@ def checked_kernel(record: OpRecord, hook: str, fn: Callable[..., Any]) -> Calla
             return result
 
         return out_kernel
-    if record.mutated or not record.schema.returns:
+    if not record.schema.returns:
         return fn
     any_alias = _C._any_output_is_alias_to_input_or_output
 

@@ -248,8 +248,37 @@ def _single_return(ann: Any, whole: Any) -> str:
     )
 
 
+# Python types a default may have, by schema base type (bool is an int, as in Python typing).
+_DEFAULT_TYPES: dict[str, tuple[type, ...]] = {
+    "SymInt": (int,), "float": (float, int), "bool": (bool,), "str": (str,), "Scalar": (int, float, bool),
+    "ScalarType": (torch.dtype,), "Device": (torch.device, str), "Layout": (torch.layout,),
+    "MemoryFormat": (torch.memory_format,), "Tensor": (),
+}
+
+
+def check_default(value: Any, schema_type: str) -> None:
+    """Raise :class:`SchemaProblem` if ``value`` cannot be a default for ``schema_type``."""
+    base = schema_type.rstrip("?")
+    if value is None:
+        return
+    if base.endswith("[]"):
+        elem = base[:-2]
+        if not isinstance(value, (tuple, list)):
+            raise SchemaProblem(None, f"default {value!r} has type {type(value).__name__}, not a sequence", "give a tuple default, e.g. (1, 2)")
+        for v in value:
+            check_default(v, elem)
+        return
+    if base.startswith("Tensor"):
+        raise SchemaProblem(None, f"default {value!r}: a Tensor parameter can only default to None", "write = None and make the Tensor inside the kernel")
+    allowed = _DEFAULT_TYPES.get(base, ())
+    if not isinstance(value, allowed) or (base in ("SymInt", "float") and isinstance(value, bool) and base != "bool"):
+        wanted = " or ".join(t.__name__ for t in allowed) or "None"
+        raise SchemaProblem(None, f"default {value!r} has type {type(value).__name__}, not {wanted}", f"give a default of the annotated type ({schema_type})")
+
+
 def default_text(value: Any, schema_type: str) -> str:
     """How ``value`` is written as a schema default, e.g. ``torch.float32`` -> ``float32``."""
+    check_default(value, schema_type)
     if value is None:
         if not schema_type.endswith("?"):
             raise SchemaProblem(None, f"default None for non-optional type {schema_type}", "annotate it Optional[...]")
@@ -271,7 +300,7 @@ def default_text(value: Any, schema_type: str) -> str:
             "annotate it Optional[...] with default None and pick the value inside the kernel",
         )
     if isinstance(value, (tuple, list)) and all(isinstance(v, (int, float, bool)) for v in value):
-        return "[" + ", ".join(default_text(v, "x") for v in value) + "]"
+        return "[" + ", ".join(default_text(v, schema_type.rstrip("?")[:-2]) for v in value) + "]"
     raise SchemaProblem(
         None,
         f"default {value!r} of type {type(value).__name__} has no schema form",
@@ -407,7 +436,22 @@ def _py_type(t: str) -> Any:
         return typing.Optional[_py_type(t[len("Optional["):-1])]
     if t.startswith("List[") and t.endswith("]"):
         return list[_py_type(t[len("List["):-1])]  # type: ignore[misc]
+    if t.startswith("Tuple[") and t.endswith("]"):
+        return tuple[tuple(_py_type(e) for e in _split_types(t[len("Tuple["):-1]))]  # type: ignore[misc]
     return _PY_TYPES.get(t, typing.Any)
+
+
+def _split_types(text: str) -> list[str]:
+    """``"Tensor, List[int]"`` -> ``["Tensor", "List[int]"]`` (commas inside brackets kept)."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        depth += c == "["
+        depth -= c == "]"
+        if c == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return parts
 
 
 def _dtype_from_code(code: int) -> Any:
@@ -416,7 +460,7 @@ def _dtype_from_code(code: int) -> Any:
         for d in vars(torch).values():
             if isinstance(d, torch.dtype) and d not in _DTYPE_CODES.values():
                 try:
-                    arg = torch._C.parse_schema(f"x::f(ScalarType d={default_text(d, 'x')}) -> ()").arguments[0]
+                    arg = torch._C.parse_schema(f"x::f(ScalarType d={default_text(d, 'ScalarType')}) -> ()").arguments[0]
                 except (RuntimeError, SchemaProblem):
                     continue
                 if isinstance(arg.default_value, int):

@@ -1,0 +1,74 @@
+"""The documentation runs: every ```python block in docs/, and every docstring example in opclass/.
+
+Blocks of one Markdown file share one namespace and run in order, so a page reads (and runs) top
+to bottom. Blocks fenced ```text are shown, never run.
+"""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import pkgutil
+import re
+from pathlib import Path
+
+import pytest
+
+import opclass
+from opclass import _record
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+DOC_FILES = sorted(DOCS.rglob("*.md"))
+MODULES = [opclass] + [importlib.import_module(f"opclass.{m.name}") for m in pkgutil.iter_modules(opclass.__path__)]
+
+
+def python_blocks(path: Path) -> list[tuple[int, str]]:
+    """``(first line number, source)`` of each ```python block of ``path``, in order."""
+    blocks: list[tuple[int, str]] = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    start: int | None = None
+    fence = ""
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if start is None:
+            if stripped.startswith("```"):
+                fence = stripped[3:].strip()
+                start = i + 1
+        elif stripped == "```":
+            if fence == "python":
+                blocks.append((start, "\n".join(lines[start:i]) + "\n"))
+            start = None
+    assert start is None, f"{path}: unclosed code fence opened at line {start}"
+    return blocks
+
+
+def test_docs_exist() -> None:
+    assert DOC_FILES, "no Markdown files under docs/"
+
+
+@pytest.mark.parametrize("path", DOC_FILES, ids=[str(p.relative_to(ROOT)) for p in DOC_FILES])
+def test_doc_file(path: Path) -> None:
+    """Run the file's python blocks in one fresh namespace; they must leave no op behind."""
+    before = set(_record._LIVE)
+    namespace: dict[str, object] = {"__name__": f"docs_{path.stem.replace('-', '_')}"}
+    for start, source in python_blocks(path):
+        # Pad with blank lines so tracebacks point at the right line of the .md file.
+        code = compile("\n" * start + source, str(path), "exec")
+        exec(code, namespace)  # noqa: S102 - our own documentation
+    leaked = set(_record._LIVE) - before
+    assert not leaked, f"{path.name} leaves ops defined: {sorted(leaked)}; end it with opclass.remove_namespace(...)"
+
+
+@pytest.mark.parametrize("module", MODULES, ids=[m.__name__ for m in MODULES])
+def test_docstring_examples(module: object) -> None:
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE, verbose=False)  # type: ignore[arg-type]
+    assert result.failed == 0, f"{result.failed} docstring example(s) failed in {module.__name__} (see output above)"
+
+
+def test_hooks_table_lists_every_hook() -> None:
+    """docs/guide/hooks.md has a table row for each registered hook (and none that does not exist)."""
+    text = (DOCS / "guide" / "hooks.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `([a-z_]+)` \|", text, flags=re.MULTILINE)
+    builtin = [name for name, hook in opclass.hooks().items() if hook.install.__module__ == "opclass._builtin"]
+    assert rows == builtin, (rows, builtin)
