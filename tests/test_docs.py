@@ -10,6 +10,7 @@ import doctest
 import importlib
 import pkgutil
 import re
+import types
 from pathlib import Path
 
 import pytest
@@ -61,8 +62,8 @@ def test_doc_file(path: Path) -> None:
 
 
 @pytest.mark.parametrize("module", MODULES, ids=[m.__name__ for m in MODULES])
-def test_docstring_examples(module: object) -> None:
-    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE, verbose=False)  # type: ignore[arg-type]
+def test_docstring_examples(module: types.ModuleType) -> None:
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE, verbose=False)
     assert result.failed == 0, f"{result.failed} docstring example(s) failed in {module.__name__} (see output above)"
 
 
