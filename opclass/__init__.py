@@ -13,6 +13,7 @@ Example:
 """
 
 from ._builtin import DEVICE_TYPES, device_hook, register_builtin_hooks
+from ._native import guard_backend, guard_info
 from ._hooks import Hook, HookContext, hooks, register_hook, unregister_hook
 from ._op import CustomOp, OpMeta
 from ._record import OpRecord, remove, remove_namespace
@@ -31,6 +32,8 @@ __all__ = [
     "OpRecord",
     "SUPPORTED_TYPES",
     "device_hook",
+    "guard_backend",
+    "guard_info",
     "hooks",
     "register_hook",
     "remove",

@@ -4,23 +4,29 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import inspect
+
 import torch
 from torch import _C
 
+from . import _native
+from ._alias import check_aliasing, output_is_fresh
 from ._record import OpRecord
 
 _AFTER_AUTOGRAD = _C._after_autograd_keyset
+_ADIV = _C.DispatchKey.ADInplaceOrView
 
 
 class _Call:
     """Per-call facts passed to ``forward`` as the last ``apply`` input (a pytree leaf)."""
 
-    __slots__ = ("keyset", "n_args", "kw_names")
+    __slots__ = ("keyset", "n_args", "kw_names", "kernel")
 
-    def __init__(self, keyset: Any, n_args: int, kw_names: tuple[str, ...]) -> None:
-        self.keyset = keyset
+    def __init__(self, keyset: Any, n_args: int, kw_names: tuple[str, ...], kernel: Callable[..., Any] | None = None) -> None:
+        self.keyset = keyset  # from the dispatcher; None on the eager fast path
         self.n_args = n_args
         self.kw_names = kw_names
+        self.kernel = kernel  # the backend kernel the fast path already chose
 
 
 def build_autograd_function(record: OpRecord) -> type[torch.autograd.Function]:
@@ -35,13 +41,35 @@ def build_autograd_function(record: OpRecord) -> type[torch.autograd.Function]:
     kw_index = {a.name: n_pos + i for i, a in enumerate(kw_only)}
     qualname = record.qualname
     cls_name = record.cls_name
+    # The user's setup_context, called directly in its own form (no adapter frame).
+    user_setup = record.hooks.get("setup_context")
+    setup_kw = user_setup is not None and "keyword_only_inputs" in inspect.signature(user_setup).parameters
+    fresh_outputs = len(schema.returns) > 0 and not record.mutated
+    is_fresh = output_is_fresh()
+    # Aliasing errors name the hook whose kernel ran, as on the dispatcher path.
+    where = {id(fn): f"{qualname} ({cls_name}.{'default' if d is None else d})" for d, fn in record.user_kernels.items()}
 
     def forward(ctx: Any, *flat: Any) -> Any:
-        call: _Call = flat[-1]
+        call = flat[-1]
+        if type(call) is not _Call:
+            # The eager fast path: ``call`` is the user's kernel, every argument is present.
+            args = flat[:-1]
+            out = call(*args)
+            if fresh_outputs and not is_fresh(out):
+                check_aliasing(where.get(id(call), qualname), args, {}, out)
+            if user_setup is not None:
+                if setup_kw:
+                    user_setup(ctx, args, {}, out)
+                else:
+                    user_setup(ctx, args, out)
+            return out
         args = flat[: call.n_args]
         kwargs = dict(zip(call.kw_names, flat[call.n_args : -1]))
-        with _C._AutoDispatchBelowAutograd():
-            out = record.op.redispatch(call.keyset & _AFTER_AUTOGRAD, *args, **kwargs)  # type: ignore[union-attr]
+        if call.kernel is not None:
+            out = call.kernel(*args, **kwargs)  # grad mode is off inside forward already
+        else:
+            with _C._AutoDispatchBelowAutograd():
+                out = record.op.redispatch(call.keyset & _AFTER_AUTOGRAD, *args, **kwargs)  # type: ignore[union-attr]
         setup = record.setup_context
         if setup is not None:
             inputs = tuple(args) + tuple(pos_defaults[len(args) :])
@@ -55,10 +83,10 @@ def build_autograd_function(record: OpRecord) -> type[torch.autograd.Function]:
                 f"Trying to backward through {qualname} but no autograd formula was registered: "
                 f"define setup_context and backward on {cls_name}"
             )
-        call: _Call = ctx._opclass_call
+        call: _Call | None = getattr(ctx, "_opclass_call", None)
         saved = ctx.needs_input_grad
         try:
-            ctx.needs_input_grad = _needs_input_grad(saved[:-1], call, kw_index, n_pos)
+            ctx.needs_input_grad = saved[:-1] if call is None else _needs_input_grad(saved[:-1], call, kw_index, n_pos)
             result = record.backward(ctx, *grads)
         finally:
             ctx.needs_input_grad = saved
@@ -69,6 +97,8 @@ def build_autograd_function(record: OpRecord) -> type[torch.autograd.Function]:
                 f"{cls_name}.backward returned {len(result)} gradients; expected one per positional input "
                 f"({n_pos})" + (f", optionally followed by keyword-only ones in order (up to {len(kw_only)})" if kw_only else "")
             )
+        if call is None:
+            return (*result, *([None] * (n_pos + len(kw_only) - len(result))), None)
         grads_in = list(result[: call.n_args])
         for name in call.kw_names:
             i = kw_index[name]
@@ -100,15 +130,53 @@ def _needs_input_grad(flags: tuple[Any, ...], call: _Call, kw_index: dict[str, i
     return tuple(out)
 
 
+def plain_keysets(record: OpRecord) -> dict[int, Callable[..., Any]]:
+    """Raw keysets at the Autograd key that mean "plain dense tensors on one device", and the
+    backend kernel that the dispatcher would reach from there (nothing else runs in between)."""
+    table: dict[int, Callable[..., Any]] = {}
+    for device_type, key in (("cpu", _C.DispatchKey.CPU), ("cuda", _C.DispatchKey.CUDA)):
+        kernel = record.kernels.get(device_type) or record.kernels.get(None)
+        if kernel is None:
+            continue
+        autograd_key = getattr(_C.DispatchKey, "Autograd" + key.name)
+        keyset = _C.DispatchKeySet(key).add(autograd_key)
+        table[keyset.raw_repr()] = kernel
+        table[keyset.add(_C.DispatchKey.ADInplaceOrView).raw_repr()] = kernel
+    return table
+
+
 def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
-    """The kernel registered at the Autograd key: apply the Function only when grad is needed."""
+    """The kernel registered at the Autograd key: apply the Function only when grad is needed.
+
+    Without grad, plain dense tensors go straight to the backend kernel instead of crossing back
+    into the dispatcher; anything else (modes, Python keys, other layouts) is redispatched.
+    """
     fn_cls = record.autograd_function
     assert fn_cls is not None
     apply: Callable[..., Any] = fn_cls.apply
     is_out = record.is_out
     opname = record.name
+    plain = plain_keysets(record)
+    bump_positions = [i for i in record.mutated if not record.schema.arguments[i].kwarg_only]
+    bump_names = [record.schema.arguments[i].name for i in record.mutated if record.schema.arguments[i].kwarg_only]
+    bump = _C._increment_version
+    native = _native.native_module()
+    guard = native.guard if native is not None else None
+    specs = _guard_specs(record)
+    by_code = {1: plain.get(_plain_raw("cpu")), 2: plain.get(_plain_raw("cuda"))}
 
     def autograd_kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        if guard is not None and not kwargs:
+            # One native call answers "plain dense tensors, one device, grad needed?".
+            code = guard(specs[len(args)], *args)
+            kernel = by_code.get(code)
+            if kernel is not None:
+                out = kernel(*args)
+                if bump_positions and not _C._dispatch_tls_is_dispatch_key_excluded(_ADIV):
+                    bump_mutated(bump, args, kwargs, bump_positions, bump_names)
+                return out
+            if code & 4 and not is_out:
+                return apply(*args, _Call(keyset, len(args), ()))
         if _C.is_grad_enabled() and _C._any_requires_grad(*args, **kwargs):
             if is_out:
                 raise RuntimeError(
@@ -116,7 +184,37 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
                     "differentiation, but one of the arguments requires grad."
                 )
             return apply(*args, *kwargs.values(), _Call(keyset, len(args), tuple(kwargs)))
-        with _C._AutoDispatchBelowAutograd():
-            return record.op.redispatch(keyset & _AFTER_AUTOGRAD, *args, **kwargs)  # type: ignore[union-attr]
+        kernel = plain.get(keyset.raw_repr())
+        if kernel is None:
+            with _C._AutoDispatchBelowAutograd():
+                return record.op.redispatch(keyset & _AFTER_AUTOGRAD, *args, **kwargs)  # type: ignore[union-attr]
+        out = kernel(*args, **kwargs)
+        if (bump_positions or bump_names) and not _C._dispatch_tls_is_dispatch_key_excluded(_ADIV):
+            bump_mutated(bump, args, kwargs, bump_positions, bump_names)
+        return out
 
     return autograd_kernel
+
+
+def _plain_raw(device: str) -> int:
+    key = _C.DispatchKey.CPU if device == "cpu" else _C.DispatchKey.CUDA
+    autograd = getattr(_C.DispatchKey, "Autograd" + key.name)
+    return int(_C.DispatchKeySet(key).add(autograd).raw_repr())
+
+
+def _guard_specs(record: OpRecord) -> dict[int, bytes]:
+    """Native-guard specs for the positional arguments the dispatcher passes, by count given."""
+    letters = []
+    for a in record.schema.arguments:
+        if a.kwarg_only:
+            break
+        t = str(a.real_type)
+        letters.append({"Tensor": "T", "Optional[Tensor]": "O", "List[Tensor]": "L", "List[Optional[Tensor]]": "M"}.get(t, "X"))
+    return {n: "".join(letters[:n]).encode() for n in range(len(letters) + 1)}
+
+
+def bump_mutated(bump: Callable[[Any], None], args: tuple[Any, ...], kwargs: dict[str, Any], positions: list[int], names: list[str]) -> None:
+    """Bump the version counter of each mutated Tensor (``bump`` skips inference tensors)."""
+    values = [args[i] for i in positions if i < len(args)] + [kwargs[n] for n in names if n in kwargs]
+    tensors = [t for v in values for t in (v if isinstance(v, (list, tuple)) else (v,)) if isinstance(t, torch.Tensor)]
+    bump(tensors)

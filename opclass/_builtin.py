@@ -52,6 +52,7 @@ def device_hook(device_type: str | None) -> Hook:
     def install(record: OpRecord, fn: Callable[..., Any]) -> None:
         kernel = checked_kernel(record, name, fn)
         record.kernels[device_type] = kernel
+        record.user_kernels[device_type] = fn
         assert record.lib is not None
         record.lib.impl(record.overload_name(), kernel, key)
 

@@ -7,6 +7,7 @@ import linecache
 import weakref
 from typing import Any, Callable
 
+from ._fastpath import fast_source
 from ._record import OpRecord
 
 _COUNTER = itertools.count()
@@ -55,8 +56,9 @@ def call_source(record: OpRecord, name: str) -> tuple[str, dict[str, Any]]:
 
 
 def make_call(record: OpRecord, cls: type) -> Callable[..., Any]:
-    """The function ``MyOp(...)`` runs: the op's exact signature, calling the dispatcher."""
-    source, closure = call_source(record, cls.__name__)
+    """The function ``MyOp(...)`` runs: the op's exact signature, guarded fast path included."""
+    generated = fast_source(record, cls.__name__)
+    source, closure = generated if generated is not None else call_source(record, cls.__name__)
     fn = compile_function(cls.__name__, source, closure, f"{record.qualname} {cls.__module__}.{cls.__qualname__}")
     fn.__qualname__ = f"{cls.__qualname__}.__call__"
     fn.__module__ = cls.__module__

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable
 
 import torch
 
-from . import _record
+from . import _native, _record
 from ._builder import OpBuilder
 from ._record import OpRecord
 
@@ -19,7 +19,33 @@ def _stub(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-class OpMeta(type):
+_NATIVE = _native.native_module()
+# With the native guard, OpMeta's call is C code that calls the class's generated function
+# directly; Python only runs for abstract classes and argument-binding errors.
+_MetaBase: type = _NATIVE.MetaBase if _NATIVE is not None else type
+
+
+def _call(cls: Any, *args: Any, **kwargs: Any) -> Any:
+    call = cls._opclass_call
+    if call is None:
+        raise TypeError(
+            f"{cls.__qualname__} is an abstract op base (it defines no kernel such as cpu, cuda or default); "
+            f"subclass it and define a kernel to make an op"
+        )
+    try:
+        return call(*args, **kwargs)
+    except TypeError as e:
+        # Raised while binding arguments to the generated signature (no frame of it ran):
+        # let the dispatcher parse them, so callers get the error torch.ops would give.
+        tb = e.__traceback__
+        if tb is None or tb.tb_next is None:
+            record = _live_record(cls)
+            if record.op is not None:
+                return record.op(*args, **kwargs)
+        raise
+
+
+class OpMeta(_MetaBase):  # type: ignore[misc]
     """Metaclass of :class:`CustomOp`: calling an op class calls the op.
 
     Example:
@@ -33,24 +59,9 @@ class OpMeta(type):
         >>> opclass.remove(DocsMetaSquare)
     """
 
-    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        call = cls._opclass_call  # type: ignore[attr-defined]
-        if call is None:
-            raise TypeError(
-                f"{cls.__qualname__} is an abstract op base (it defines no kernel such as cpu, cuda or default); "
-                f"subclass it and define a kernel to make an op"
-            )
-        try:
-            return call(*args, **kwargs)
-        except TypeError as e:
-            # Raised while binding arguments to the generated signature (no frame of it ran):
-            # let the dispatcher parse them, so callers get the error torch.ops would give.
-            tb = e.__traceback__
-            if tb is not None and tb.tb_next is None:
-                record = _live_record(cls)
-                if record.op is not None:
-                    return record.op(*args, **kwargs)
-            raise
+    if TYPE_CHECKING:
+
+        def __call__(cls, *args: Any, **kwargs: Any) -> Any: ...
 
     @property
     def record(cls) -> OpRecord:
@@ -73,6 +84,12 @@ class OpMeta(type):
     def schema(cls) -> str:
         """The schema without the name: ``"(Tensor x) -> Tensor"``."""
         return _live_record(cls).schema_str
+
+
+if _NATIVE is not None:
+    _NATIVE.set_fallback(_call)
+else:
+    OpMeta.__call__ = _call  # type: ignore[method-assign]
 
 
 def _live_record(cls: Any) -> OpRecord:
@@ -126,7 +143,7 @@ class CustomOp(metaclass=OpMeta):
         # the graph records the op as one node.
         op = cls._opclass_op
         if op is None:
-            return OpMeta.__call__(cls, *args, **kwargs)
+            return _call(cls, *args, **kwargs)
         return op(*args, **kwargs)
 
     def __init_subclass__(

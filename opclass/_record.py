@@ -46,6 +46,8 @@ class OpRecord:
     op: torch._ops.OpOverload | None = None
     #: Backend kernels as the dispatcher calls them, by device type; ``None`` is ``default``.
     kernels: dict[str | None, Callable[..., Any]] = dataclasses.field(default_factory=dict)
+    #: The user's own kernel functions, unwrapped, by device type (the fast path checks outputs itself).
+    user_kernels: dict[str | None, Callable[..., Any]] = dataclasses.field(default_factory=dict)
     fake: Callable[..., Any] | None = None
     setup_context: Callable[..., Any] | None = None
     backward: Callable[..., Any] | None = None

@@ -13,7 +13,8 @@ import torch
 from torch import _C
 from torch.fx.node import _side_effectful_functions
 
-from ._autograd import build_autograd_function, make_autograd_kernel
+from ._alias import check_aliasing, output_is_fresh
+from ._autograd import build_autograd_function, bump_mutated, make_autograd_kernel
 from ._record import OpRecord
 
 _AFTER_AD_INPLACE = _C._after_ADInplaceOrView_keyset
@@ -107,16 +108,12 @@ def checked_kernel(record: OpRecord, hook: str, fn: Callable[..., Any]) -> Calla
         return out_kernel
     if not record.schema.returns:
         return fn
-    any_alias = _C._any_output_is_alias_to_input_or_output
+    fresh = output_is_fresh()
 
     def functional_kernel(*args: Any, **kwargs: Any) -> Any:
         result = fn(*args, **kwargs)
-        if any_alias(args, kwargs, result if type(result) is tuple else (result,)):
-            raise RuntimeError(
-                f"{where}: the output of this custom operator (1) must not also be an input to this "
-                "custom operator and (2) may not alias any inputs to this custom operator or other "
-                "returns. Return a clone of the offending output (e.g. x.clone()) instead."
-            )
+        if not fresh(result):
+            check_aliasing(where, args, kwargs, result)
         return result
 
     return functional_kernel
@@ -127,16 +124,13 @@ def _version_bump_kernel(record: OpRecord) -> Callable[..., Any]:
     names = [record.schema.arguments[i].name for i in record.mutated if record.schema.arguments[i].kwarg_only]
     op = record.op
     assert op is not None
-    bump = torch.autograd.graph.increment_version
+    bump = _C._increment_version
 
     def ad_inplace_or_view(keyset: Any, *args: Any, **kwargs: Any) -> Any:
-        for i in positions:
-            if i < len(args) and args[i] is not None:
-                bump(args[i])
-        for n in names:
-            if kwargs.get(n) is not None:
-                bump(kwargs[n])
-        return op.redispatch(keyset & _AFTER_AD_INPLACE, *args, **kwargs)
+        out = op.redispatch(keyset & _AFTER_AD_INPLACE, *args, **kwargs)
+        # After the kernel (torch bumps before): a kernel that raises leaves versions untouched.
+        bump_mutated(bump, args, kwargs, positions, names)
+        return out
 
     return ad_inplace_or_view
 

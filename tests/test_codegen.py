@@ -13,7 +13,8 @@ import pytest
 import torch
 from torch import Tensor
 
-from opclass import CustomOp
+import opclass
+from opclass import CustomOp, _native
 
 
 def _make(ns: str) -> type[CustomOp]:
@@ -33,16 +34,36 @@ def test_source_is_generated_once_and_visible(ns: str) -> None:
     call = Axpy._opclass_call
     source = inspect.getsource(call)
     assert source.strip().startswith("def Axpy(x, y, a=_default_a, *, clamp=_default_clamp):")
-    assert "return _op(x, y, a, clamp=clamp)" in source
+    assert source.rstrip().endswith("return _op(x, y, a, clamp=clamp)")  # anything not plain eager
     filename = call.__code__.co_filename
     assert filename.startswith(f"<opclass generated {ns}::axpy ") and filename in linecache.cache
     assert call.__qualname__ == f"{Axpy.__qualname__}.__call__"
     assert call.__module__ == __name__
     assert "(Tensor x, Tensor y, float a=2.0, *, bool clamp=False) -> Tensor" in (call.__doc__ or "")
     # objects arrive as closure locals, not as repr'd source
-    assert call.__code__.co_freevars == ("_op",)
-    assert call.__closure__ is not None and call.__closure__[0].cell_contents is Axpy.op
+    cells = dict(zip(call.__code__.co_freevars, [c.cell_contents for c in call.__closure__ or ()]))
+    assert cells["_op"] is Axpy.op
+    assert cells["_k_cpu"] is Axpy.record.kernels["cpu"]
     assert call.__defaults__ == (2.0,) and call.__kwdefaults__ == {"clamp": False}
+
+
+@pytest.mark.parametrize("guard", ["native", "python"])
+def test_fast_path_source_per_guard(ns: str, guard: str) -> None:
+    if guard == "native" and opclass.guard_backend() != "native":
+        pytest.skip("native guard not built here")
+    previous = opclass.guard_backend()
+    _native.load(guard)
+    try:
+        source = inspect.getsource(_make(ns)._opclass_call)
+    finally:
+        _native.load(previous)
+    if guard == "native":
+        assert "_g = _guard(_spec, x, y)" in source  # one call classifies both Tensors
+    else:
+        assert "_keys(x).raw_repr()" in source and "_keys(y).raw_repr() in _ok_cpu" in source
+    assert "type(a) is float" in source and "type(clamp) is bool" in source
+    assert "_out = _u_cpu(x, y, a, clamp=clamp)" in source
+    assert source.rstrip().endswith("return _op(x, y, a, clamp=clamp)")
 
 
 def test_class_signature_and_doc(ns: str) -> None:
@@ -93,7 +114,7 @@ def test_traceback_shows_generated_call_and_user_kernel(ns: str) -> None:
     with pytest.raises(ValueError, match="on purpose") as info:
         Boom(torch.ones(1))
     text = "".join(traceback.format_exception(info.value))
-    assert "<opclass generated" in text and "return _op(x)" in text
+    assert "<opclass generated" in text and "_out = _u_cpu(x)" in text
     assert 'raise ValueError("kernel failed on purpose")' in text
 
 

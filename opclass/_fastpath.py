@@ -1,0 +1,378 @@
+"""Source of the per-class call function: cheap guards for "plain eager", then the kernel.
+
+The generated function has the op's exact parameter list. When every guard holds it calls the
+backend kernel itself (or applies the op's autograd.Function when grad is needed); otherwise it
+calls the OpOverload, i.e. does exactly what ``torch.ops.ns.op`` does.
+
+Guards, in order of cost:
+  global  no TorchFunctionMode (this covers ``torch.device`` contexts), no Python dispatch key in
+          TLS (every TorchDispatchMode, FakeTensorMode, proxy/functional modes), no functorch
+          transform, no jit tracing, profiler off, no forward-AD level, autocast off when the op
+          has an autocast rule;
+  types   every Tensor argument exactly ``torch.Tensor`` or ``nn.Parameter``; non-Tensor
+          arguments of the exact Python type the dispatcher would hand the kernel;
+  device  every Tensor on the device of the first one, which has a kernel (cpu, cuda);
+  plain   strided layout, no conjugate or negative bit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any, Callable
+
+import torch
+import torch.autograd.forward_ad as _forward_ad
+from torch import _C
+
+from . import _native
+from ._autograd import _Call
+from ._record import OpRecord
+from ._alias import check_aliasing
+
+_PLAIN = frozenset({torch.Tensor, torch.nn.Parameter})
+_FAST_DEVICES = ("cpu", "cuda")
+_DEVICE_ATTR = {"cpu": "is_cpu", "cuda": "is_cuda"}
+
+# Exact Python types the dispatcher passes to a Python kernel, per schema type.
+_SCALAR_TYPES: dict[str, str] = {
+    # The dispatcher rejects ints outside int64 with RuntimeError; the kernel must never see them.
+    "int": "(type({v}) is int and -9223372036854775808 <= {v} <= 9223372036854775807)",
+    "float": "type({v}) is float",
+    "bool": "type({v}) is bool",
+    "str": "type({v}) is str",
+    "number": "type({v}) in _number",
+    "ScalarType": "type({v}) is _dtype",
+    "Device": "type({v}) is _device",
+    "Layout": "type({v}) is _layout",
+    "MemoryFormat": "type({v}) is _memory_format",
+}
+
+
+def _tensor_list_ok(xs: Any, ok: frozenset[int], optional: bool) -> bool:
+    """Every element a plain Tensor whose key set is in ``ok`` (``None`` allowed for ``Tensor?[]``)."""
+    for t in xs:
+        if t is None and optional:
+            continue
+        if type(t) not in _PLAIN or _C._dispatch_keys(t).raw_repr() not in ok:
+            return False
+    return True
+
+
+def _tensor_list_rg(xs: Any) -> bool:
+    return any(t is not None and t.requires_grad for t in xs)
+
+
+def _plain_keysets(device: str) -> frozenset[int]:
+    """Raw key sets of a plain dense Tensor on ``device``: normal and inference tensors."""
+    backend = _C.DispatchKey.CPU if device == "cpu" else _C.DispatchKey.CUDA
+    autograd = _C.DispatchKey.AutogradCPU if device == "cpu" else _C.DispatchKey.AutogradCUDA
+    autocast = _C.DispatchKey.AutocastCPU if device == "cpu" else _C.DispatchKey.AutocastCUDA
+    inference = _C.DispatchKeySet(backend).add(autocast)
+    return frozenset({inference.raw_repr(), inference.add(_C.DispatchKey.ADInplaceOrView).add(autograd).raw_repr()})
+
+
+def _included_ok() -> frozenset[int]:
+    """Thread-local included key sets of plain eager mode (normal and inference_mode)."""
+    base = _C.DispatchKeySet(_C.DispatchKey.BackendSelect)
+    return frozenset({base.raw_repr(), base.add(_C.DispatchKey.ADInplaceOrView).raw_repr()})
+
+
+def _bad_excluded() -> int:
+    """Raw bits whose exclusion from dispatch leaves plain eager mode (all but autocast, autograd,
+    ADInplaceOrView; backend bits, the low ones below Dense, do not count)."""
+    keys = _C.DispatchKey
+    allowed = _C.DispatchKeySet(keys.ADInplaceOrView)
+    for name in dir(keys):
+        if name.startswith(("Autocast", "Autograd")):
+            allowed = allowed.add(getattr(keys, name))
+    backend_bits = _C.DispatchKeySet(keys.Dense).raw_repr() - 1
+    return ~(int(allowed.raw_repr()) | backend_bits) & ((1 << 64) - 1)
+
+
+def _first_device(*values: Any) -> str | None:
+    """Device type of the first Tensor among optional Tensors and Tensor lists."""
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            return v.device.type
+        if isinstance(v, (list, tuple)):
+            for t in v:
+                if isinstance(t, torch.Tensor):
+                    return t.device.type
+    return None
+
+
+@dataclasses.dataclass
+class _Param:
+    name: str
+    jit: str  # Argument.real_type as text
+    kwarg_only: bool
+
+    @property
+    def tensor(self) -> bool:
+        return self.jit in ("Tensor", "Optional[Tensor]")
+
+    @property
+    def tensor_list(self) -> bool:
+        return self.jit in ("List[Tensor]", "List[Optional[Tensor]]")
+
+    @property
+    def optional(self) -> bool:
+        return self.jit.startswith("Optional[")
+
+
+def _value_guard(p: _Param) -> str | None:
+    """Type guard for a non-Tensor argument; ``None`` when none can be written cheaply."""
+    jit = p.jit
+    inner = jit[len("Optional[") : -1] if p.optional else jit
+    if inner in _SCALAR_TYPES:
+        check = _SCALAR_TYPES[inner].format(v=p.name)
+    elif inner.startswith("List[") and inner[len("List[") : -1] in _SCALAR_TYPES:
+        elem = _SCALAR_TYPES[inner[len("List[") : -1]].format(v="_e")
+        check = f"type({p.name}) in _seq and all({elem} for _e in {p.name})"
+    else:
+        return None
+    return f"({p.name} is None or {check})" if p.optional else check
+
+
+def fast_source(record: OpRecord, name: str) -> tuple[str, dict[str, Any]] | None:
+    """Source and closure of a guarded call function, or ``None`` if the op has no fast path."""
+    kernels = {d: record.kernels.get(d) or record.kernels.get(None) for d in _FAST_DEVICES}
+    kernels = {d: k for d, k in kernels.items() if k is not None}
+    if not kernels or record.autograd_function is None:
+        return None
+    params = [_Param(a.name, str(a.real_type), a.kwarg_only) for a in record.schema.arguments]
+    value_guards = []
+    for p in params:
+        if p.tensor or p.tensor_list:
+            continue
+        guard = _value_guard(p)
+        if guard is None:
+            return None
+        value_guards.append(guard)
+    tensors = [p for p in params if p.tensor]
+    lists = [p for p in params if p.tensor_list]
+    if not tensors and not lists and not any(p.jit == "Device" for p in params):
+        return None
+
+    closure = _closure(record, kernels)
+    gen = _Generator(record, params, kernels, closure)
+    native = _native.native_module()
+    if native is not None and (tensors or lists):
+        lines = gen.native(native, tensors, lists, value_guards)
+    else:
+        lines = gen.python(tensors, lists, value_guards)
+    source = "\n".join([f"def {name}({gen.signature()}):", *lines, f"    return _op({gen.call_args})"]) + "\n"
+    return source, closure
+
+
+def _closure(record: OpRecord, kernels: dict[str, Any]) -> dict[str, Any]:
+    closure: dict[str, Any] = {
+        "_op": record.op,
+        "_plain": _PLAIN,
+        "_seq": (list, tuple),
+        "_number": frozenset({int, float, bool}),
+        "_dtype": torch.dtype,
+        "_device": torch.device,
+        "_layout": torch.layout,
+        "_memory_format": torch.memory_format,
+        "_strided": torch.strided,
+        "_tfm": _C._is_torch_function_mode_enabled,
+        "_keys": _C._dispatch_keys,
+        "_included_set": _C._dispatch_tls_local_include_set,
+        "_included_ok": _included_ok(),
+        "_excluded_set": _C._dispatch_tls_local_exclude_set,
+        "_bad_excluded": _bad_excluded(),
+        "_ok_cpu": _plain_keysets("cpu"),
+        "_ok_cuda": _plain_keysets("cuda"),
+        "_included": _C._dispatch_tls_is_dispatch_key_included,
+        "_excluded": _C._dispatch_tls_is_dispatch_key_excluded,
+        "_PY": _C.DispatchKey.Python,
+        "_FT": _C.DispatchKey.FuncTorchDynamicLayerFrontMode,
+        "_AG": _C.DispatchKey.AutogradFunctionality,
+        "_ADIV": _C.DispatchKey.ADInplaceOrView,
+        "_tracing": _C._is_tracing,
+        "_profiling": _C._autograd._profiler_enabled,
+        "_fw": _forward_ad,
+        "_grad": _C.is_grad_enabled,
+        "_autocast": _C._is_any_autocast_enabled,
+        "_Call": _Call,
+        "_apply": _c_apply(record),
+        "_bump": _C._increment_version,
+        "_list_ok": _tensor_list_ok,
+        "_list_rg": _tensor_list_rg,
+        "_first_device": _first_device,
+    }
+    for d, k in kernels.items():
+        closure[f"_k_{d}"] = k
+    if _cheap_alias(record):
+        for d in kernels:
+            closure[f"_u_{d}"] = record.user_kernels.get(d) or record.user_kernels[None]
+            hook = d if d in record.user_kernels else "default"
+            closure[f"_where_{d}"] = f"{record.qualname} ({record.cls_name}.{hook})"
+        closure["_refs"] = sys.getrefcount
+        closure["_T"] = torch.Tensor
+        closure["_check_aliasing"] = check_aliasing
+    return closure
+
+
+def _cheap_alias(record: OpRecord) -> bool:
+    """Ops promising fresh outputs: the fast path calls the user's kernel and checks outputs inline."""
+    return len(record.schema.returns) > 0 and not record.is_inplace and not record.is_out
+
+
+class _Generator:
+    """Lines of the guarded call function, for either guard."""
+
+    def __init__(self, record: OpRecord, params: list[_Param], kernels: dict[str, Any], closure: dict[str, Any]) -> None:
+        self.record = record
+        self.params = params
+        self.kernels = kernels
+        self.closure = closure
+        self.positional = [p.name for p in params if not p.kwarg_only]
+        self.keywords = [p.name for p in params if p.kwarg_only]
+        self.call_args = ", ".join(self.positional + [f"{k}={k}" for k in self.keywords])
+        # A fresh plain output is referenced only by _out and getrefcount's argument and is no
+        # view; anything else (an input returned, a view, a tuple) gets the full check.
+        self.fresh = "type(_out) is not _T or _refs(_out) > 2 or _out._base is not None"
+        self.apply_args = ", ".join(self.positional + self.keywords)
+
+    def signature(self) -> str:
+        parts: list[str] = []
+        star = False
+        for p in self.record.signature.parameters.values():
+            if p.kind is p.KEYWORD_ONLY and not star:
+                parts.append("*")
+                star = True
+            if p.default is not p.empty:
+                self.closure[f"_default_{p.name}"] = p.default
+                parts.append(f"{p.name}=_default_{p.name}")
+            else:
+                parts.append(p.name)
+        return ", ".join(parts)
+
+    def _list_conversions(self, ind: str) -> list[str]:
+        # The dispatcher hands kernels lists; callers may pass tuples (and list defaults are tuples).
+        lines = []
+        for p in self.params:
+            if p.jit.startswith(("List[", "Optional[List[")):
+                lines += [f"{ind}if type({p.name}) is tuple:", f"{ind}    {p.name} = list({p.name})"]
+        return lines
+
+    def native(self, native: Any, tensors: list[_Param], lists: list[_Param], value_guards: list[str]) -> list[str]:
+        """One C call classifies every Tensor argument and the thread-local state."""
+        spec = "".join("O" if p.optional else "T" for p in tensors) + "".join("M" if "Optional" in p.jit else "L" for p in lists)
+        self.closure["_guard"] = native.guard
+        self.closure["_spec"] = spec.encode()
+        self.closure["_fresh"] = native.fresh
+        self.fresh = "not _fresh(_out)"
+        conditions = ["_g"] + value_guards
+        if "autocast" in self.record.hooks:
+            conditions.append("not _autocast()")
+        ind = "        "
+        lines = [f"    _g = _guard(_spec, {', '.join(p.name for p in tensors + lists)})", f"    if {' and '.join(conditions)}:"]
+        lines += self._list_conversions(ind)
+        for d in self.kernels:
+            code = 1 if d == "cpu" else 2
+            lines.append(f"{ind}if _g == {code}:")
+            lines += self._kernel_call(d, ind + "    ")
+            lines.append(f"{ind}if _g == {code | 4}:")
+            lines.append(f"{ind}    return {self._grad_call(d)}")
+        return lines
+
+    def python(self, tensors: list[_Param], lists: list[_Param], value_guards: list[str]) -> list[str]:
+        """The same decisions in Python: exact types, then each Tensor's dispatch key set."""
+        guard = (
+            "_tfm() or _included_set().raw_repr() not in _included_ok or _excluded_set().raw_repr() & _bad_excluded"
+            " or _profiling() or _fw._current_level >= 0"
+        )
+        if "autocast" in self.record.hooks:
+            guard += " or _autocast()"
+        lines = [f"    if not ({guard}):"]
+        type_guards = [f"({p.name} is None or type({p.name}) in _plain)" if p.optional else f"type({p.name}) in _plain" for p in tensors]
+        type_guards += [f"type({p.name}) in _seq" for p in lists]
+        guards = type_guards + value_guards
+        ind = "        "
+        if guards:
+            lines.append(f"{ind}if {' and '.join(guards)}:")
+            ind += "    "
+        lines += self._list_conversions(ind)
+        anchor = next((p for p in tensors if not p.optional), None)
+        if anchor is not None:
+            # The first plain Tensor picks the device; every other Tensor must have its key set.
+            lines.append(f"{ind}_ks = _keys({anchor.name}).raw_repr()")
+            selectors = {d: f"_ks in _ok_{d}" for d in self.kernels}
+        elif tensors or lists:
+            lines.append(f"{ind}_dev = _first_device({', '.join(p.name for p in tensors + lists)})")
+            selectors = {d: f"_dev == '{d}'" for d in self.kernels}
+        else:
+            device = next(p for p in self.params if p.jit == "Device")
+            selectors = {d: f"{device.name}.type == '{d}'" for d in self.kernels}
+        keyword = "if"
+        for d in self.kernels:
+            lines.append(f"{ind}{keyword} {selectors[d]}:")
+            keyword = "elif"
+            per_tensor = []
+            for p in tensors:
+                if p is anchor:
+                    continue
+                check = f"_keys({p.name}).raw_repr() in _ok_{d}"
+                per_tensor.append(f"({p.name} is None or {check})" if p.optional else check)
+            per_tensor += [f"_list_ok({p.name}, _ok_{d}, {'Optional' in p.jit})" for p in lists]
+            inner = ind + "    "
+            if per_tensor:
+                lines.append(f"{inner}if {' and '.join(per_tensor)}:")
+                inner += "    "
+            rg = [f"({p.name} is not None and {p.name}.requires_grad)" if p.optional else f"{p.name}.requires_grad" for p in tensors]
+            rg += [f"_list_rg({p.name})" for p in lists]
+            if rg:
+                lines.append(f"{inner}if ({' or '.join(rg)}) and _grad() and not _excluded(_AG):")
+                lines.append(f"{inner}    return {self._grad_call(d)}")
+            lines += self._kernel_call(d, inner)
+        return lines
+
+    def _grad_call(self, device: str) -> str:
+        if self.record.mutated or self.record.is_out:
+            # Autograd through a mutation, or out= under grad: the dispatcher decides.
+            return f"_op({self.call_args})"
+        if not self.keywords:
+            # The Function's forward takes the user's kernel itself as its last input.
+            kernel = f"_u_{device}" if _cheap_alias(self.record) else f"_k_{device}"
+            return f"_apply({self.apply_args}, {kernel})"
+        return f"_apply({self.apply_args}, _Call(None, {len(self.positional)}, {tuple(self.keywords)!r}, _k_{device}))"
+
+    def _kernel_call(self, device: str, ind: str) -> list[str]:
+        """Call the kernel, check outputs, bump versions of mutated arguments, return."""
+        record = self.record
+        lines = []
+        if _cheap_alias(record):
+            lines.append(f"{ind}_out = _u_{device}({self.call_args})")
+            single = len(record.schema.returns) == 1 and str(record.schema.returns[0].real_type) == "Tensor"
+            suspicious = self.fresh if single else "True"
+            args = ", ".join(self.positional) + ("," if len(self.positional) == 1 else "")
+            kwargs = ", ".join(f"{k!r}: {k}" for k in self.keywords)
+            lines.append(f"{ind}if {suspicious}:")
+            lines.append(f"{ind}    _check_aliasing(_where_{device}, ({args}), {{{kwargs}}}, _out)")
+        else:
+            lines.append(f"{ind}_out = _k_{device}({self.call_args})")
+        if record.mutated:
+            mutated = [record.schema.arguments[i] for i in record.mutated]
+            names = ", ".join(a.name for a in mutated) + ("," if len(mutated) == 1 else "")
+            # After the kernel, as on the dispatcher path; _bump skips inference tensors.
+            lines.append(f"{ind}if not _excluded(_ADIV):")
+            if all(str(a.real_type) == "Tensor" for a in mutated):
+                lines.append(f"{ind}    _bump(({names}))")
+            else:
+                lines.append(f"{ind}    _bump([_t for _v in ({names}) for _t in (_v if type(_v) is list else (_v,)) if _t is not None])")
+        lines.append(f"{ind}return _out")
+        return lines
+
+
+def _c_apply(record: OpRecord) -> Callable[..., Any]:
+    """The Function's C-level ``apply`` (skips Python ``Function.apply``'s functorch handling,
+    which the guards already ruled out); the Python one for Tensor-list ops, which needs it."""
+    fn_cls = record.autograd_function
+    assert fn_cls is not None
+    if "apply" in vars(fn_cls) and not isinstance(vars(fn_cls)["apply"], classmethod):
+        return fn_cls.apply  # supports_tensorlist's wrapper
+    return _C._FunctionBase.__dict__["apply"].__get__(None, fn_cls)  # type: ignore[no-any-return]

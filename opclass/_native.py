@@ -1,0 +1,123 @@
+"""The optional native guard: a small C++ extension built against the installed torch.
+
+It is built by ``python -m opclass.native`` (the README's set-up commands run it) into a cache
+directory keyed by torch version and source hash, and loaded at import when present. Without it
+(no compiler, another torch, ``OPCLASS_GUARD=python``) opclass uses the pure-Python guard, which
+behaves the same and costs more per call. ``OPCLASS_GUARD=native`` makes a missing build an
+error instead, building it on first use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+_SOURCE = Path(__file__).with_name("csrc") / "guard.cpp"
+_NAME = "opclass_guard"
+_module: ModuleType | None = None
+_backend = "python"
+_reason = "not loaded"
+
+
+def cache_dir() -> Path:
+    """Where the build goes: ``$OPCLASS_CACHE_DIR`` or ``~/.cache/opclass``, per torch and source."""
+    root = Path(os.environ.get("OPCLASS_CACHE_DIR") or Path.home() / ".cache" / "opclass")
+    digest = hashlib.sha256(_SOURCE.read_bytes()).hexdigest()[:12]
+    tag = f"py{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__}-{digest}"
+    return root / "".join(c if c.isalnum() or c in "-._" else "_" for c in tag)
+
+
+def _built_library(directory: Path) -> Path | None:
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        candidate = directory / f"{_NAME}{suffix}"
+        if candidate.is_file():
+            return candidate
+    candidate = directory / f"{_NAME}.so"
+    return candidate if candidate.is_file() else None
+
+
+def _import(path: Path) -> ModuleType:
+    loader = importlib.machinery.ExtensionFileLoader(_NAME, str(path))
+    spec = importlib.util.spec_from_file_location(_NAME, str(path), loader=loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    module.set_parameter_type(torch.nn.Parameter)
+    return module
+
+
+def build(verbose: bool = False) -> Path:
+    """Compile the guard (about 10-30 s once per torch version) and return the library path."""
+    from torch.utils.cpp_extension import load  # imported here: it pulls in setuptools
+
+    directory = cache_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    load(
+        name=_NAME,
+        sources=[str(_SOURCE)],
+        extra_cflags=["-O2"],
+        build_directory=str(directory),
+        verbose=verbose,
+        is_python_module=False,
+    )
+    path = _built_library(directory)
+    if path is None:
+        raise RuntimeError(f"the build left no {_NAME} library in {directory}")
+    return path
+
+
+def load(mode: str | None = None) -> None:
+    """Choose the guard: ``mode`` or ``$OPCLASS_GUARD`` (``auto`` default, ``native``, ``python``)."""
+    global _module, _backend, _reason
+    mode = (mode or os.environ.get("OPCLASS_GUARD") or "auto").lower()
+    if mode not in ("auto", "native", "python"):
+        raise ValueError(f"OPCLASS_GUARD={mode!r}: use auto, native or python")
+    _module, _backend = None, "python"
+    if mode == "python":
+        _reason = "OPCLASS_GUARD=python"
+        return
+    try:
+        path = _built_library(cache_dir())
+        if path is None:
+            if mode == "auto":
+                _reason = "not built (run: python -m opclass.native)"
+                return
+            path = build()
+        _module = _import(path)
+        _backend, _reason = "native", str(path)
+    except Exception as e:  # any failure to build or load falls back, unless native was demanded
+        if mode == "native":
+            raise
+        _reason = f"failed to load: {type(e).__name__}: {e}"
+
+
+def guard_backend() -> str:
+    """``"native"`` or ``"python"``: the guard that op classes defined from now on use.
+
+    Example:
+        >>> import opclass
+        >>> opclass.guard_backend() in ("native", "python")
+        True
+    """
+    return _backend
+
+
+def guard_info() -> str:
+    """Why the current guard was chosen (library path, or the reason for the Python guard)."""
+    return f"{_backend}: {_reason}"
+
+
+def native_module() -> ModuleType | None:
+    """The loaded extension, or ``None`` with the Python guard."""
+    return _module
+
+
+# Chosen at import: op classes and OpMeta (whose C ``tp_call`` comes from here) need it early.
+load()

@@ -1,0 +1,270 @@
+// opclass native keyset guard: one call decides whether an op call is "plain eager".
+//
+// guard(spec, *values) -> int
+//   spec:   bytes, one letter per value: 'T' Tensor, 'O' Optional[Tensor], 'L' Tensor[],
+//           'M' Tensor?[], 'X' anything (not looked at).
+//   return: 0 = not plain eager (use the dispatcher); otherwise DEVICE | GRAD where DEVICE is
+//           1 (cpu) or 2 (cuda) and GRAD (4) means grad mode is on, autograd is not excluded
+//           and some input requires grad.
+// A value is plain when its type is exactly torch.Tensor or nn.Parameter and its dispatch key
+// set is exactly {backend, ADInplaceOrView, Autograd<backend>, Autocast<backend>} (or the
+// inference-tensor set {backend, Autocast<backend>}): that excludes other layouts, conj/neg
+// bits, Python subclasses, functorch wrappers and every other key. The thread-local state must
+// have no key included beyond BackendSelect and ADInplaceOrView (no dispatch or functorch
+// modes, no tracing), no TorchFunctionMode, no RecordFunction callbacks (profiler), and, when
+// the op has an autocast rule, autocast off for the device; and no forward-AD level entered.
+//
+// fresh(out) -> bool: out is a plain Tensor that nothing but the caller references and that is
+// no view, so it cannot alias an input (the cheap pre-check before the full aliasing check).
+//
+// MetaBase: a metaclass whose tp_call calls ``cls._opclass_call(*args, **kwargs)`` directly.
+// When that raises a TypeError before any of its code ran (argument binding failed), or the
+// class has no call function, it hands over to the Python fallback set by set_fallback(), which
+// raises what the dispatcher raises.
+#include <Python.h>
+
+#include <ATen/PythonTorchFunctionTLS.h>
+#include <ATen/record_function.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/autograd/forward_grad.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+namespace {
+
+using c10::DispatchKey;
+using c10::DispatchKeySet;
+
+PyTypeObject* parameter_type = nullptr;
+PyObject* fallback = nullptr;  // OpMeta's Python __call__
+PyObject* call_name = nullptr;  // "_opclass_call"
+
+DispatchKeySet plain_set(DispatchKey backend, DispatchKey autograd, DispatchKey autocast) {
+  return DispatchKeySet({backend, DispatchKey::ADInplaceOrView, autograd, autocast});
+}
+
+const DispatchKeySet kCpu = plain_set(DispatchKey::CPU, DispatchKey::AutogradCPU, DispatchKey::AutocastCPU);
+const DispatchKeySet kCpuInference = DispatchKeySet({DispatchKey::CPU, DispatchKey::AutocastCPU});
+const DispatchKeySet kCuda = plain_set(DispatchKey::CUDA, DispatchKey::AutogradCUDA, DispatchKey::AutocastCUDA);
+const DispatchKeySet kCudaInference = DispatchKeySet({DispatchKey::CUDA, DispatchKey::AutocastCUDA});
+const DispatchKeySet kAllowedIncluded = DispatchKeySet({DispatchKey::BackendSelect, DispatchKey::ADInplaceOrView});
+// Exclusions plain eager mode may have: autocast off (the default), autograd off (inference_mode,
+// AutoDispatchBelowAutograd) and ADInplaceOrView off. Excluding anything else (a backend, the
+// Python key...) changes what the dispatcher would run.
+const DispatchKeySet kAllowedExcluded =
+    c10::autocast_dispatch_keyset | c10::autograd_dispatch_keyset | DispatchKeySet(DispatchKey::ADInplaceOrView);
+
+inline bool excluded_ok(DispatchKeySet excluded) {
+  // Subtraction keeps backend bits; only functionality bits matter here.
+  return ((excluded - kAllowedExcluded).raw_repr() >> c10::num_backends) == 0;
+}
+
+// 1 cpu, 2 cuda, 0 not plain; sets *grad when the tensor requires grad.
+inline int classify(PyObject* obj, bool* grad) {
+  PyTypeObject* type = Py_TYPE(obj);
+  if (type != reinterpret_cast<PyTypeObject*>(THPVariableClass) && type != parameter_type) {
+    return 0;
+  }
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  DispatchKeySet ks = t.key_set();
+  int device;
+  if (ks == kCpu || ks == kCpuInference) {
+    device = 1;
+  } else if (ks == kCuda || ks == kCudaInference) {
+    device = 2;
+  } else {
+    return 0;
+  }
+  if (t.requires_grad()) {
+    *grad = true;
+  }
+  return device;
+}
+
+// Device of a Tensor list (0: not plain, -1: no Tensor in it).
+inline int classify_list(PyObject* obj, bool optional, bool* grad) {
+  if (!PyList_CheckExact(obj) && !PyTuple_CheckExact(obj)) {
+    return 0;
+  }
+  PyObject** items = PySequence_Fast_ITEMS(obj);
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
+  int device = -1;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    if (items[i] == Py_None && optional) {
+      continue;
+    }
+    int d = classify(items[i], grad);
+    if (d == 0 || (device != -1 && d != device)) {
+      return 0;
+    }
+    device = d;
+  }
+  return device;
+}
+
+PyObject* guard(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs < 1 || !PyBytes_CheckExact(args[0])) {
+    PyErr_SetString(PyExc_TypeError, "guard(spec: bytes, *values)");
+    return nullptr;
+  }
+  const char* spec = PyBytes_AS_STRING(args[0]);
+  Py_ssize_t n_spec = PyBytes_GET_SIZE(args[0]);
+  if (n_spec != nargs - 1) {
+    PyErr_SetString(PyExc_TypeError, "guard: spec length must match the number of values");
+    return nullptr;
+  }
+  auto local = c10::impl::tls_local_dispatch_key_set();
+  if (!(local.included_ - kAllowedIncluded).empty() || !excluded_ok(local.excluded_) ||
+      at::impl::torch_function_mode_enabled() ||
+      at::hasCallbacks() || torch::autograd::ForwardADLevel::try_get_by_idx(0)) {
+    return PyLong_FromLong(0);
+  }
+  int device = -1;
+  bool grad = false;
+  for (Py_ssize_t i = 1; i < nargs; ++i) {
+    PyObject* obj = args[i];
+    int d;
+    switch (spec[i - 1]) {
+      case 'T':
+        d = classify(obj, &grad);
+        break;
+      case 'O':
+        d = obj == Py_None ? -1 : classify(obj, &grad);
+        break;
+      case 'L':
+        d = classify_list(obj, false, &grad);
+        break;
+      case 'M':
+        d = classify_list(obj, true, &grad);
+        break;
+      case 'X':
+        d = -1;
+        break;
+      default:
+        d = 0;
+    }
+    if (d == 0 || (d != -1 && device != -1 && d != device)) {
+      return PyLong_FromLong(0);
+    }
+    if (d != -1) {
+      device = d;
+    }
+  }
+  if (device == -1) {
+    return PyLong_FromLong(0);
+  }
+  // Exclusion works on functionality bits (inference_mode, AutoDispatchBelowAutograd).
+  if (grad && c10::GradMode::is_enabled() && !local.excluded_.has(DispatchKey::AutogradFunctionality)) {
+    return PyLong_FromLong(device | 4);
+  }
+  return PyLong_FromLong(device);
+}
+
+// autocast_enabled(device: int) -> bool: whether autocast is on for cpu (1) / cuda (2).
+PyObject* autocast_enabled(PyObject* /*self*/, PyObject* arg) {
+  long device = PyLong_AsLong(arg);
+  auto key = device == 1 ? DispatchKey::AutocastCPU : DispatchKey::AutocastCUDA;
+  return PyBool_FromLong(!c10::impl::tls_local_dispatch_key_set().excluded_.has(key));
+}
+
+PyObject* fresh(PyObject* /*self*/, PyObject* obj) {
+  // Two references: the caller's local variable and the argument of this call.
+  if (Py_TYPE(obj) == reinterpret_cast<PyTypeObject*>(THPVariableClass) && Py_REFCNT(obj) <= 2 &&
+      !THPVariable_Unpack(obj).is_view()) {
+    Py_RETURN_TRUE;
+  }
+  Py_RETURN_FALSE;
+}
+
+PyObject* set_fallback(PyObject* /*self*/, PyObject* arg) {
+  Py_INCREF(arg);
+  Py_XSETREF(fallback, arg);
+  Py_RETURN_NONE;
+}
+
+PyObject* meta_call(PyObject* cls, PyObject* args, PyObject* kwargs) {
+  PyObject* call = PyObject_GetAttr(cls, call_name);
+  if (call == nullptr) {
+    return nullptr;
+  }
+  if (call != Py_None && fallback != nullptr) {
+    PyObject* result = PyObject_Call(call, args, kwargs);
+    Py_DECREF(call);
+    if (result != nullptr || !PyErr_ExceptionMatches(PyExc_TypeError)) {
+      return result;
+    }
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    if (traceback != nullptr) {  // raised inside the call: not a binding error
+      PyErr_Restore(type, value, traceback);
+      return nullptr;
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+  } else {
+    Py_DECREF(call);
+  }
+  if (fallback == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "opclass: no fallback call registered");
+    return nullptr;
+  }
+  // fallback(cls, *args, **kwargs)
+  Py_ssize_t n = PyTuple_GET_SIZE(args);
+  PyObject* full = PyTuple_New(n + 1);
+  if (full == nullptr) {
+    return nullptr;
+  }
+  Py_INCREF(cls);
+  PyTuple_SET_ITEM(full, 0, cls);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* item = PyTuple_GET_ITEM(args, i);
+    Py_INCREF(item);
+    PyTuple_SET_ITEM(full, i + 1, item);
+  }
+  PyObject* result = PyObject_Call(fallback, full, kwargs);
+  Py_DECREF(full);
+  return result;
+}
+
+PyObject* set_parameter_type(PyObject* /*self*/, PyObject* arg) {
+  if (!PyType_Check(arg)) {
+    PyErr_SetString(PyExc_TypeError, "expected a type");
+    return nullptr;
+  }
+  Py_INCREF(arg);
+  parameter_type = reinterpret_cast<PyTypeObject*>(arg);
+  Py_RETURN_NONE;
+}
+
+PyMethodDef methods[] = {
+    {"guard", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(guard)), METH_FASTCALL, "plain-eager guard"},
+    {"autocast_enabled", autocast_enabled, METH_O, "autocast on for device"},
+    {"set_parameter_type", set_parameter_type, METH_O, "register nn.Parameter"},
+    {"set_fallback", set_fallback, METH_O, "register OpMeta's Python __call__"},
+    {"fresh", fresh, METH_O, "output cannot alias an input"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module = {PyModuleDef_HEAD_INIT, "opclass_guard", nullptr, -1, methods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit_opclass_guard(void) {
+  call_name = PyUnicode_InternFromString("_opclass_call");
+  PyObject* m = PyModule_Create(&module);
+  if (m == nullptr) {
+    return nullptr;
+  }
+  // MetaBase(type) with a C tp_call; created at run time so it subclasses the real `type`.
+  static PyType_Slot slots[] = {{Py_tp_call, reinterpret_cast<void*>(meta_call)}, {0, nullptr}};
+  static PyType_Spec spec = {
+      "opclass_guard.MetaBase", 0, 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, slots};
+  PyObject* bases = PyTuple_Pack(1, reinterpret_cast<PyObject*>(&PyType_Type));
+  PyObject* meta = bases ? PyType_FromSpecWithBases(&spec, bases) : nullptr;
+  Py_XDECREF(bases);
+  if (meta == nullptr || PyModule_AddObject(m, "MetaBase", meta) < 0) {
+    Py_XDECREF(meta);
+    Py_DECREF(m);
+    return nullptr;
+  }
+  return m;
+}

@@ -1,0 +1,1719 @@
+"""Differential tests: ``MyOp(...)`` (the generated eager fast path) behaves exactly like ``MyOp.op(...)``.
+
+``MyOp(...)`` runs a generated per-class function (``MyOp._opclass_call``) whose guards decide
+"plain eager mode" and then call the kernel (or the op's autograd.Function) directly; anything else
+goes to the OpOverload. Whatever the guards decide, the caller must not be able to tell: every test
+here runs the same inputs (built twice, independently, from the same seed) through both and compares
+
+* the outputs: type, dtype, shape, strides, device, layout, requires_grad, grad_fn, conj/neg bits,
+  inference-ness, version counter, values, and which outputs *are* which inputs;
+* every input afterwards: values (mutations), version counters, metadata;
+* the exception (type and message, addresses blanked) when there is one;
+* gradients after ``backward`` of every output that requires grad (and any exception it raises);
+* what a context saw: the ops a ``TorchDispatchMode`` / ``TorchFunctionMode`` recorded, the op's
+  name in ``torch.profiler``'s key averages, saved-tensor hook calls.
+
+The corpus of ops is built per test in the test's own namespace (the ``ns`` fixture); the matrix
+is op x scenario, where a scenario is a tensor variant (requires_grad, non-contiguous, conj, meta,
+sparse, subclass, ...) plus a context (no_grad, inference_mode, FakeTensorMode, modes, profiler,
+autocast, forward AD, vmap, torch.func.grad, ...).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import re
+import warnings
+from typing import Any, Callable, Iterator, Optional
+
+import numpy as np
+import pytest
+import torch
+import torch.autograd.forward_ad as fwAD
+from torch import Tensor
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.overrides import TorchFunctionMode
+from torch.types import Number
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves, tree_map, tree_map_only
+
+from opclass import CustomOp
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+]
+
+# --------------------------------------------------------------------------- the corpus
+
+Make = Callable[["Inputs"], "tuple[tuple[Any, ...], dict[str, Any]]"]
+
+
+@dataclasses.dataclass
+class OpCase:
+    """One op of the corpus and the ways to call it (``forms``: name -> input builder)."""
+
+    cls: Any
+    forms: dict[str, Make]
+    has_tensors: bool = True
+
+
+def _np(x: Tensor) -> np.ndarray:
+    return x.detach().numpy()
+
+
+def _op_unary(ns: str) -> OpCase:
+    class NumpySin(CustomOp, name=f"{ns}::numpy_sin"):
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            return torch.from_numpy(np.asarray(np.sin(_np(x))))
+
+        @staticmethod
+        def abstract(x: Tensor) -> Tensor:
+            return torch.zeros_like(x)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return grad * x.cos()
+
+    return OpCase(NumpySin, {"main": lambda I: ((I.T(3, 4),), {})})
+
+
+def _op_vmap_sin(ns: str) -> OpCase:
+    class VmapSin(CustomOp, name=f"{ns}::vmap_sin"):
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            return torch.from_numpy(np.asarray(np.sin(_np(x))))
+
+        @staticmethod
+        def abstract(x: Tensor) -> Tensor:
+            return torch.zeros_like(x)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return grad * x.cos()
+
+        @staticmethod
+        def vmap(info, in_dims, x):
+            return VmapSin(x), in_dims[0]  # elementwise: the batch dim stays where it is
+
+    return OpCase(VmapSin, {"main": lambda I: ((I.T(3, 4),), {})})
+
+
+def _op_multi(ns: str) -> OpCase:
+    class Multi(CustomOp, name=f"{ns}::multi"):
+        @staticmethod
+        def cpu(
+            x: Tensor, y: Tensor, alpha: float = 1.5, n: int = 2, flag: bool = False, *, beta: float = 0.5, scale: int = 1
+        ) -> Tensor:
+            out = x * alpha + y * beta + n * scale
+            return -out if flag else out
+
+        @staticmethod
+        def abstract(x, y, alpha=1.5, n=2, flag=False, *, beta=0.5, scale=1):
+            return torch.zeros_like(x * alpha + y * beta)
+
+        @staticmethod
+        def setup_context(ctx, inputs, keyword_only_inputs, output):
+            ctx.alpha, ctx.beta = inputs[2], keyword_only_inputs["beta"]
+            ctx.sign = -1 if inputs[4] else 1
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * (ctx.alpha * ctx.sign), grad * (ctx.beta * ctx.sign), None, None, None
+
+    def main(I: Inputs) -> Any:
+        return (I.T(3, 4), I.T(3, 4), 2.0, 3, True), {"beta": 0.25, "scale": 2}
+
+    def defaults(I: Inputs) -> Any:
+        return (I.T(3, 4), I.T(3, 4)), {}
+
+    def with_args(*extra: Any, **kw: Any) -> Make:
+        return lambda I: ((I.T(3, 4), I.T(3, 4), *extra), dict(kw))
+
+    forms: dict[str, Make] = {
+        "main": main,
+        "defaults": defaults,
+        "int_for_float": with_args(2, 3, False, beta=1),
+        "bool_for_int": with_args(2.0, True),
+        "float_for_int": with_args(2.0, 2.5),
+        "int_for_bool": with_args(2.0, 1, 1),
+        "np_float64_for_float": with_args(np.float64(2.0)),
+        "np_int64_for_int": with_args(2.0, np.int64(3)),
+        "tensor_for_float": with_args(torch.tensor(2.0)),
+        "int64_max": with_args(2.0, 2**63 - 1),
+        "int_overflow_2_63": with_args(2.0, 2**63),
+        "int_overflow_2_70": with_args(2.0, 2**70),
+        "float_inf_nan": with_args(math.inf, 0, False, beta=math.nan),
+        "kwonly_positional": with_args(2.0, 3, True, 0.5),
+        "too_many": with_args(2.0, 3, True, 0.5, 1),
+        "unknown_kwarg": with_args(gamma=1.0),
+        "missing_tensor": lambda I: ((I.T(3, 4),), {}),
+        "none_for_tensor": lambda I: ((I.T(3, 4), None), {}),
+        "float_for_tensor": lambda I: ((I.T(3, 4), 1.0), {}),
+        "all_keywords": lambda I: ((), {"x": I.T(3, 4), "y": I.T(3, 4), "alpha": 2.0, "n": 1, "flag": True, "beta": 1.0, "scale": 3}),
+        "duplicate_arg": lambda I: ((I.T(3, 4), I.T(3, 4)), {"x": I.T(3, 4)}),
+        "broadcast": lambda I: ((I.T(3, 4), I.T(4)), {}),
+        "float64_and_float32": lambda I: ((I.T(3, 4, dtype=torch.float64), I.T(3, 4)), {}),
+        "zero_dim": lambda I: ((I.T(), I.T()), {}),
+        "empty": lambda I: ((I.T(0, 4), I.T(0, 4)), {}),
+    }
+    return OpCase(Multi, forms)
+
+
+def _op_mutate(ns: str) -> OpCase:
+    class AddInto(CustomOp, name=f"{ns}::add_into", mutates_args=("x",)):
+        @staticmethod
+        def cpu(x: Tensor, y: Tensor) -> None:
+            x.add_(y)
+
+    return OpCase(AddInto, {"main": lambda I: ((I.T(3, 4), I.T(3, 4)), {}), "same_tensor": _same_tensor_twice})
+
+
+def _same_tensor_twice(I: Inputs) -> Any:
+    x = I.T(3, 4)
+    return (x, x), {}
+
+
+def _op_mutate_np(ns: str) -> OpCase:
+    class NumpyAddOne(CustomOp, name=f"{ns}::numpy_add_one", mutates_args=("x",)):
+        """Mutates through NumPy: only the op's own version bump marks the change."""
+
+        @staticmethod
+        def cpu(x: Tensor) -> None:
+            a = _np(x)
+            np.add(a, 1.0, out=a)
+
+    return OpCase(NumpyAddOne, {"main": lambda I: ((I.T(3, 4),), {})})
+
+
+def _op_mutate_ret(ns: str) -> OpCase:
+    class ScaleBuf(CustomOp, name=f"{ns}::scale_buf", mutates_args=("buf",)):
+        @staticmethod
+        def cpu(x: Tensor, buf: Tensor) -> Tensor:
+            buf.mul_(2)
+            return x + buf
+
+        @staticmethod
+        def abstract(x: Tensor, buf: Tensor) -> Tensor:
+            return torch.zeros_like(x + buf)
+
+    return OpCase(ScaleBuf, {"main": lambda I: ((I.T(3, 4), I.T(3, 4)), {})})
+
+
+def _op_inplace(ns: str) -> OpCase:
+    class Scale_(CustomOp, name=f"{ns}::scale_", mutates_args=("x",), tags=torch.Tag.inplace):
+        @staticmethod
+        def cpu(x: Tensor, factor: float = 2.0) -> Tensor:
+            return x.mul_(factor)
+
+    return OpCase(
+        Scale_,
+        {
+            "main": lambda I: ((I.T(3, 4), 3.0), {}),
+            "default_factor": lambda I: ((I.T(3, 4),), {}),
+            "int_factor": lambda I: ((I.T(3, 4), 3), {}),
+        },
+    )
+
+
+def _op_out(ns: str) -> OpCase:
+    class SinOut(CustomOp, name=f"{ns}::sin.out", mutates_args=("out",), tags=torch.Tag.out):
+        @staticmethod
+        def cpu(x: Tensor, *, out: Tensor) -> Tensor:
+            return torch.sin(x, out=out)
+
+    return OpCase(
+        SinOut,
+        {
+            "main": lambda I: ((I.T(3, 4),), {"out": I.T(3, 4)}),
+            "out_positional": lambda I: ((I.T(3, 4), I.T(3, 4)), {}),
+            "out_missing": lambda I: ((I.T(3, 4),), {}),
+            "out_wrong_shape": lambda I: ((I.T(3, 4),), {"out": I.T(2)}),
+        },
+    )
+
+
+def _op_multi_out(ns: str) -> OpCase:
+    class SinCos(CustomOp, name=f"{ns}::sincos"):
+        @staticmethod
+        def cpu(x: Tensor) -> tuple[Tensor, Tensor]:
+            return torch.sin(x), torch.cos(x)
+
+        @staticmethod
+        def abstract(x: Tensor) -> tuple[Tensor, Tensor]:
+            return torch.zeros_like(x), torch.zeros_like(x)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, grad_sin, grad_cos):
+            (x,) = ctx.saved_tensors
+            return grad_sin * x.cos() - grad_cos * x.sin()
+
+    return OpCase(SinCos, {"main": lambda I: ((I.T(3, 4),), {})})
+
+
+def _op_list_in(ns: str) -> OpCase:
+    class WeightedSum(CustomOp, name=f"{ns}::weighted_sum"):
+        @staticmethod
+        def cpu(xs: list[Tensor], weights: list[float]) -> Tensor:
+            if len(xs) != len(weights) or not xs:
+                raise ValueError(f"weighted_sum: {len(xs)} tensors but {len(weights)} weights")
+            total = xs[0] * weights[0]
+            for x, w in zip(xs[1:], weights[1:]):
+                total = total + x * w
+            return total
+
+        @staticmethod
+        def abstract(xs: list[Tensor], weights: list[float]) -> Tensor:
+            torch._check(len(xs) == len(weights) and len(xs) > 0, lambda: "weighted_sum: need one weight per tensor")
+            return torch.zeros_like(xs[0] * weights[0])
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.weights = list(inputs[1])
+
+        @staticmethod
+        def backward(ctx, grad):
+            return [grad * w for w in ctx.weights], None
+
+    return OpCase(
+        WeightedSum,
+        {
+            "main": lambda I: (([I.T(3, 4), I.T(3, 4), I.T(3, 4)], [1.0, -2.0, 0.5]), {}),
+            "tuple": lambda I: (((I.T(3, 4), I.T(3, 4)), (1.0, 2.0)), {}),
+            "int_weights": lambda I: (([I.T(3, 4), I.T(3, 4)], [1, 2]), {}),
+            "mismatch": lambda I: (([I.T(3, 4), I.T(3, 4)], [1.0]), {}),
+            "empty": lambda I: (([], []), {}),
+            "none_element": lambda I: (([I.T(3, 4), None], [1.0, 2.0]), {}),
+            "float_element": lambda I: (([I.T(3, 4), 1.0], [1.0, 2.0]), {}),
+            "generator": lambda I: (((t for t in [I.T(3, 4)]), [1.0]), {}),
+        },
+    )
+
+
+def _op_mutate_list(ns: str) -> OpCase:
+    class AddOneAll(CustomOp, name=f"{ns}::add_one_all", mutates_args=("xs",)):
+        @staticmethod
+        def cpu(xs: list[Tensor]) -> None:
+            for x in xs:
+                x.add_(1)
+
+    return OpCase(
+        AddOneAll,
+        {"main": lambda I: (([I.T(3, 4), I.T(3, 4)],), {}), "tuple": lambda I: (((I.T(3, 4), I.T(3, 4)),), {})},
+    )
+
+
+def _op_kwarg_tensor(ns: str) -> OpCase:
+    class AddKw(CustomOp, name=f"{ns}::add_kw"):
+        @staticmethod
+        def cpu(x: Tensor, *, other: Tensor, alpha: float = 1.0) -> Tensor:
+            return x + alpha * other
+
+        @staticmethod
+        def abstract(x: Tensor, *, other: Tensor, alpha: float = 1.0) -> Tensor:
+            return torch.zeros_like(x + other)
+
+        @staticmethod
+        def setup_context(ctx, inputs, keyword_only_inputs, output):
+            ctx.alpha = keyword_only_inputs["alpha"]
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad, grad * ctx.alpha, None
+
+    return OpCase(
+        AddKw,
+        {
+            "main": lambda I: ((I.T(3, 4),), {"other": I.T(3, 4), "alpha": 2.0}),
+            "default_alpha": lambda I: ((I.T(3, 4),), {"other": I.T(3, 4)}),
+            "other_positional": lambda I: ((I.T(3, 4), I.T(3, 4)), {}),
+            "other_missing": lambda I: ((I.T(3, 4),), {}),
+        },
+    )
+
+
+def _op_optional(ns: str) -> OpCase:
+    class AddBias(CustomOp, name=f"{ns}::add_bias"):
+        @staticmethod
+        def cpu(x: Tensor, bias: Optional[Tensor] = None) -> Tensor:
+            return x * 2 if bias is None else x * 2 + bias
+
+        @staticmethod
+        def abstract(x: Tensor, bias: Optional[Tensor] = None) -> Tensor:
+            return torch.zeros_like(x if bias is None else x + bias)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.has_bias = inputs[1] is not None
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * 2, (grad if ctx.has_bias else None)
+
+    return OpCase(
+        AddBias,
+        {
+            "given": lambda I: ((I.T(3, 4), I.T(3, 4)), {}),
+            "none": lambda I: ((I.T(3, 4), None), {}),
+            "omitted": lambda I: ((I.T(3, 4),), {}),
+            "keyword": lambda I: ((I.T(3, 4),), {"bias": I.T(3, 4)}),
+        },
+    )
+
+
+def _op_factory(ns: str) -> OpCase:
+    class Full(CustomOp, name=f"{ns}::full"):
+        @staticmethod
+        def cpu(n: int, value: float, device: torch.device) -> Tensor:
+            return torch.full((n, n), value)
+
+        @staticmethod
+        def abstract(n: int, value: float, device: torch.device) -> Tensor:
+            return torch.zeros(n, n, device=device)
+
+    return OpCase(
+        Full,
+        {
+            "main": lambda I: ((3, 1.5, torch.device("cpu")), {}),
+            "str_device": lambda I: ((3, 1.5, "cpu"), {}),
+            "meta_device": lambda I: ((3, 1.5, torch.device("meta")), {}),
+            "meta_str_device": lambda I: ((3, 1.5, "meta"), {}),
+            "device_index": lambda I: ((3, 1.5, torch.device("cpu", 0)), {}),
+            "int_value": lambda I: ((3, 2, torch.device("cpu")), {}),
+            "device_keyword": lambda I: ((3, 1.5), {"device": torch.device("cpu")}),
+            "bad_device": lambda I: ((3, 1.5, "nodevice"), {}),
+            "int_device": lambda I: ((3, 1.5, 0), {}),
+        },
+        has_tensors=False,
+    )
+
+
+def _op_default_kernel(ns: str) -> OpCase:
+    class TimesK(CustomOp, name=f"{ns}::times_k"):
+        @staticmethod
+        def default(x: Tensor, k: int = 2) -> Tensor:
+            return x * k
+
+        @staticmethod
+        def abstract(x: Tensor, k: int = 2) -> Tensor:
+            return torch.zeros_like(x)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.k = inputs[1]
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * ctx.k, None
+
+    return OpCase(TimesK, {"main": lambda I: ((I.T(3, 4), 3), {})})
+
+
+def _op_cuda_only(ns: str) -> OpCase:
+    class CudaOnly(CustomOp, name=f"{ns}::cuda_only"):
+        @staticmethod
+        def cuda(x: Tensor) -> Tensor:
+            return x + 1
+
+        @staticmethod
+        def abstract(x: Tensor) -> Tensor:
+            return torch.zeros_like(x)
+
+    return OpCase(CudaOnly, {"main": lambda I: ((I.T(3, 4),), {})})
+
+
+def _op_no_backward(ns: str) -> OpCase:
+    class NoBackward(CustomOp, name=f"{ns}::no_backward"):
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            return x * 3
+
+        @staticmethod
+        def abstract(x: Tensor) -> Tensor:
+            return torch.zeros_like(x)
+
+    return OpCase(NoBackward, {"main": lambda I: ((I.T(3, 4),), {})})
+
+
+def _op_raises(ns: str) -> OpCase:
+    class Raises(CustomOp, name=f"{ns}::raises"):
+        @staticmethod
+        def cpu(x: Tensor, what: str = "value") -> Tensor:
+            if what == "type":
+                raise TypeError("kernel raised TypeError")
+            if what == "value":
+                raise ValueError("kernel raised ValueError")
+            return x.clone()
+
+        @staticmethod
+        def abstract(x: Tensor, what: str = "value") -> Tensor:
+            return torch.zeros_like(x)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad, None
+
+    return OpCase(
+        Raises,
+        {
+            "main": lambda I: ((I.T(3, 4), "value"), {}),
+            "type_error": lambda I: ((I.T(3, 4), "type"), {}),
+            "ok": lambda I: ((I.T(3, 4), "no"), {}),
+        },
+    )
+
+
+def _op_aliasing(ns: str) -> OpCase:
+    class ReturnsInput(CustomOp, name=f"{ns}::returns_input"):
+        """A buggy kernel: a functional op returning a view of its input (the op must refuse it)."""
+
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            return x.view(-1)
+
+        @staticmethod
+        def abstract(x: Tensor) -> Tensor:
+            return x.new_zeros(x.numel())
+
+    return OpCase(ReturnsInput, {"main": lambda I: ((I.T(3, 4),), {})})
+
+
+def _op_autocast_mm(ns: str) -> OpCase:
+    class MmT(CustomOp, name=f"{ns}::mm_t"):
+        autocast = {"cpu": torch.bfloat16}
+
+        @staticmethod
+        def cpu(x: Tensor, y: Tensor) -> Tensor:
+            return torch.mm(x, y.t())
+
+        @staticmethod
+        def abstract(x: Tensor, y: Tensor) -> Tensor:
+            return torch.zeros_like(torch.mm(x, y.t()))
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(*inputs)
+
+        @staticmethod
+        def backward(ctx, grad):
+            x, y = ctx.saved_tensors
+            return grad @ y, grad.t() @ x
+
+    return OpCase(MmT, {"main": lambda I: ((I.T(3, 4), I.T(3, 4)), {})})
+
+
+def _op_mm_no_autocast(ns: str) -> OpCase:
+    class MmPlain(CustomOp, name=f"{ns}::mm_plain"):
+        @staticmethod
+        def cpu(x: Tensor, y: Tensor) -> Tensor:
+            return torch.mm(x, y.t())
+
+        @staticmethod
+        def abstract(x: Tensor, y: Tensor) -> Tensor:
+            return torch.zeros_like(torch.mm(x, y.t()))
+
+    return OpCase(MmPlain, {"main": lambda I: ((I.T(3, 4), I.T(3, 4)), {})})
+
+
+def _op_misc_types(ns: str) -> OpCase:
+    class Misc(CustomOp, name=f"{ns}::misc"):
+        """Every non-Tensor argument type the schema supports."""
+
+        @staticmethod
+        def cpu(
+            x: Tensor,
+            sizes: list[int],
+            scale: Number,
+            dtype: torch.dtype,
+            mode: str = "add",
+            opt: Optional[int] = None,
+            opt_list: Optional[list[float]] = None,
+            flags: list[bool] = (True, False),
+            *,
+            layout: torch.layout = torch.strided,
+            memory_format: torch.memory_format = torch.contiguous_format,
+        ) -> Tensor:
+            out = x.reshape(sizes).to(dtype) * scale
+            if mode == "neg":
+                out = -out
+            if opt is not None:
+                out = out + opt
+            if opt_list is not None:
+                out = out + sum(opt_list)
+            return out + len(flags) + (layout is torch.strided) + (memory_format is torch.contiguous_format)
+
+        @staticmethod
+        def abstract(x, sizes, scale, dtype, mode="add", opt=None, opt_list=None, flags=(True, False), *, layout=torch.strided, memory_format=torch.contiguous_format):
+            return x.new_zeros(sizes, dtype=dtype)
+
+    def call(*rest: Any, **kw: Any) -> Make:
+        return lambda I: ((I.T(3, 4), *rest), dict(kw))
+
+    return OpCase(
+        Misc,
+        {
+            "main": call([2, 6], 2.0, torch.float64, "neg", 3, [0.5, 1.5], [True], layout=torch.strided, memory_format=torch.preserve_format),
+            "defaults": call([12], 2, torch.float32),
+            "sizes_tuple": call((2, 6), 2.0, torch.float64),
+            "sizes_size": call(torch.Size([2, 6]), 2.0, torch.float64),
+            "sizes_np_ints": call([np.int64(2), np.int64(6)], 2.0, torch.float64),
+            "sizes_bool": call([True, 12], 2.0, torch.float64),
+            "sizes_overflow": call([2**64, 6], 2.0, torch.float64),
+            "sizes_symbolic_minus_one": call([-1, 6], 2.0, torch.float64),
+            "sizes_int": call(12, 2.0, torch.float64),
+            "scale_bool": call([12], True, torch.float64),
+            "scale_complex": call([12], 1 + 2j, torch.complex64),
+            "scale_tensor": call([12], torch.tensor(2.0), torch.float64),
+            "scale_np": call([12], np.float32(2.0), torch.float64),
+            "dtype_str": call([12], 2.0, "float64"),
+            "dtype_int": call([12], 2.0, 7),
+            "mode_int": call([12], 2.0, torch.float64, 1),
+            "opt_bool": call([12], 2.0, torch.float64, "add", True),
+            "opt_overflow": call([12], 2.0, torch.float64, "add", -(2**63) - 1),
+            "opt_list_ints": call([12], 2.0, torch.float64, "add", None, [1, 2]),
+            "opt_list_tuple": call([12], 2.0, torch.float64, "add", None, (1.0, 2.0)),
+            "opt_list_mixed": call([12], 2.0, torch.float64, "add", None, [1.0, 2]),
+            "flags_ints": call([12], 2.0, torch.float64, "add", None, None, [1, 0]),
+            "flags_tuple": call([12], 2.0, torch.float64, "add", None, None, (False,)),
+            "layout_sparse": call([12], 2.0, torch.float64, layout=torch.sparse_coo),
+            "layout_str": call([12], 2.0, torch.float64, layout="strided"),
+            "memory_format_channels_last": call([12], 2.0, torch.float64, memory_format=torch.channels_last),
+        },
+    )
+
+
+def _op_optional_tensor_list(ns: str) -> OpCase:
+    class SumSome(CustomOp, name=f"{ns}::sum_some"):
+        @staticmethod
+        def cpu(xs: list[Optional[Tensor]], w: float = 1.0) -> Tensor:
+            present = [x for x in xs if x is not None]
+            if not present:
+                raise ValueError("sum_some: every tensor is None")
+            total = present[0] * w
+            for x in present[1:]:
+                total = total + x * w
+            return total
+
+        @staticmethod
+        def abstract(xs: list[Optional[Tensor]], w: float = 1.0) -> Tensor:
+            present = [x for x in xs if x is not None]
+            torch._check(len(present) > 0, lambda: "sum_some: every tensor is None")
+            return torch.zeros_like(present[0])
+
+    return OpCase(
+        SumSome,
+        {
+            "main": lambda I: (([I.T(3, 4), None, I.T(3, 4)], 2.0), {}),
+            "all_none": lambda I: (([None, None],), {}),
+            "none_first": lambda I: (([None, I.T(3, 4)],), {}),
+            "tuple": lambda I: (((I.T(3, 4), None),), {}),
+        },
+    )
+
+
+def _returning(how: str) -> Make:
+    return lambda I: ((I.T(3), how), {})
+
+
+def _op_ret_tensor(ns: str) -> OpCase:
+    class RetTensor(CustomOp, name=f"{ns}::ret_tensor"):
+        """The kernel returns something other than the Tensor its schema promises (``how``)."""
+
+        @staticmethod
+        def cpu(x: Tensor, how: str) -> Tensor:
+            y = x * 2
+            return {
+                "ok": y,
+                "ndarray": y.numpy(),
+                "float": 3.0,
+                "list": [y],
+                "tuple1": (y,),
+                "none": None,
+                "parameter": torch.nn.Parameter(y),
+                "subclass": y.as_subclass(PlainSub),
+            }[how]
+
+    hows = ["ok", "ndarray", "float", "list", "tuple1", "none", "parameter", "subclass"]
+    return OpCase(RetTensor, {h: _returning(h) for h in hows})
+
+
+def _op_ret_pair(ns: str) -> OpCase:
+    class RetPair(CustomOp, name=f"{ns}::ret_pair"):
+        @staticmethod
+        def cpu(x: Tensor, how: str) -> tuple[Tensor, Tensor]:
+            a, b = x * 2, x * 3
+            # (Not here: a tuple of the wrong length. torch's dispatcher does not check the arity of a
+            # Python kernel's result: too long a tuple crashes the interpreter in torch 2.13.)
+            return {"tuple": (a, b), "list": [a, b], "tensor": a}[how]
+
+    return OpCase(RetPair, {h: _returning(h) for h in ["tuple", "list", "tensor"]})
+
+
+def _op_ret_list(ns: str) -> OpCase:
+    class RetList(CustomOp, name=f"{ns}::ret_list"):
+        @staticmethod
+        def cpu(x: Tensor, how: str) -> list[Tensor]:
+            a, b = x * 2, x * 3
+            return {"list": [a, b], "tuple": (a, b), "empty": [], "generator": (t for t in (a, b))}[how]
+
+    return OpCase(RetList, {h: _returning(h) for h in ["list", "tuple", "empty", "generator"]})
+
+
+def _op_ret_numbers(ns: str) -> OpCase:
+    class RetNumbers(CustomOp, name=f"{ns}::ret_numbers"):
+        """Non-Tensor returns: the dispatcher converts them to the schema's types."""
+
+        @staticmethod
+        def cpu(x: Tensor, how: str) -> tuple[Tensor, int, float, bool]:
+            y = x * 2
+            return {
+                "exact": (y, 3, 2.5, True),
+                "numpy": (y, np.int64(3), np.float64(2.5), np.bool_(True)),
+                "swapped": (y, True, 2, 1),
+                "tensors": (y, torch.tensor(3), torch.tensor(2.5), torch.tensor(True)),
+                "bigint": (y, 2**70, 2.5, True),
+                "wrong": (y, 2.5, "x", None),
+            }[how]
+
+    hows = ["exact", "numpy", "swapped", "tensors", "bigint", "wrong"]
+    return OpCase(RetNumbers, {h: _returning(h) for h in hows})
+
+
+def _op_ret_mutable(ns: str) -> OpCase:
+    class RetMutable(CustomOp, name=f"{ns}::ret_mutable", mutates_args=("x",)):
+        """A mutable op whose schema returns nothing, with a kernel that returns something."""
+
+        @staticmethod
+        def cpu(x: Tensor, how: str) -> None:
+            x.add_(1)
+            return {"none": None, "tensor": x, "int": 1}[how]  # type: ignore[return-value]
+
+    return OpCase(RetMutable, {h: _returning(h) for h in ["none", "tensor", "int"]})
+
+
+def _op_alias_kinds(ns: str) -> OpCase:
+    class AliasKinds(CustomOp, name=f"{ns}::alias_kinds"):
+        """Outputs that share memory with an input in ways the output check may or may not see."""
+
+        @staticmethod
+        def cpu(x: Tensor, how: str) -> Tensor:
+            return {
+                "fresh": lambda: x * 2,
+                "input": lambda: x,
+                "view": lambda: x.view(-1),
+                "detach": lambda: x.detach(),
+                "data": lambda: x.data,
+                "from_numpy": lambda: torch.from_numpy(x.detach().numpy()),
+                "as_strided": lambda: x.as_strided(x.shape, x.stride()),
+                "view_of_fresh": lambda: (x * 2).view(-1),
+            }[how]()
+
+    hows = ["fresh", "input", "view", "detach", "data", "from_numpy", "as_strided", "view_of_fresh"]
+    return OpCase(AliasKinds, {h: _returning(h) for h in hows})
+
+
+def _op_alias_pair(ns: str) -> OpCase:
+    class AliasPair(CustomOp, name=f"{ns}::alias_pair"):
+        @staticmethod
+        def cpu(x: Tensor, how: str) -> tuple[Tensor, Tensor]:
+            y = x * 2
+            return {"fresh": (y, x * 3), "same": (y, y), "view": (y, y.view(-1)), "input": (y, x)}[how]
+
+    return OpCase(AliasPair, {h: _returning(h) for h in ["fresh", "same", "view", "input"]})
+
+
+CORPUS: dict[str, Callable[[str], OpCase]] = {
+    "unary": _op_unary,
+    "vmap_sin": _op_vmap_sin,
+    "multi": _op_multi,
+    "mutate": _op_mutate,
+    "mutate_np": _op_mutate_np,
+    "mutate_ret": _op_mutate_ret,
+    "inplace": _op_inplace,
+    "out": _op_out,
+    "multi_out": _op_multi_out,
+    "list_in": _op_list_in,
+    "mutate_list": _op_mutate_list,
+    "kwarg_tensor": _op_kwarg_tensor,
+    "optional": _op_optional,
+    "factory": _op_factory,
+    "default_kernel": _op_default_kernel,
+    "cuda_only": _op_cuda_only,
+    "no_backward": _op_no_backward,
+    "raises": _op_raises,
+    "aliasing": _op_aliasing,
+    "autocast_mm": _op_autocast_mm,
+    "mm_no_autocast": _op_mm_no_autocast,
+    "misc_types": _op_misc_types,
+    "optional_tensor_list": _op_optional_tensor_list,
+    "ret_tensor": _op_ret_tensor,
+    "ret_pair": _op_ret_pair,
+    "ret_list": _op_ret_list,
+    "ret_numbers": _op_ret_numbers,
+    "ret_mutable": _op_ret_mutable,
+    "alias_kinds": _op_alias_kinds,
+    "alias_pair": _op_alias_pair,
+}
+
+
+def make_corpus(ns: str, names: Optional[list[str]] = None) -> dict[str, OpCase]:
+    """Define the corpus ops (all, or the ``names`` given) in namespace ``ns``."""
+    return {name: CORPUS[name](ns) for name in (names if names is not None else CORPUS)}
+
+
+# --------------------------------------------------------------------------- inputs and variants
+
+Variant = Callable[[Tensor, int, "Inputs"], Tensor]
+
+
+class Inputs:
+    """Builds one call's inputs. ``T(*shape)`` makes a fresh random Tensor and applies the variant
+    (requires_grad, meta, conj, ...); ``leaves`` collects autograd leaves behind views."""
+
+    def __init__(self, variant: Variant) -> None:
+        self.variant = variant
+        self.count = 0
+        self.leaves: list[Tensor] = []
+
+    def T(self, *shape: int, dtype: torch.dtype = torch.float32) -> Tensor:
+        t = self.variant(torch.randn(shape, dtype=dtype), self.count, self)
+        self.count += 1
+        return t
+
+
+def v_plain(t: Tensor, i: int, I: Inputs) -> Tensor:
+    return t
+
+
+def v_rg(t: Tensor, i: int, I: Inputs) -> Tensor:
+    return t.requires_grad_()
+
+
+def _noncontig(t: Tensor) -> Tensor:
+    return torch.stack([t, t * 0], -1)[..., 0]  # a strided view: strides (8, 2) for (3, 4)
+
+
+def v_noncontig(t: Tensor, i: int, I: Inputs) -> Tensor:
+    return _noncontig(t)
+
+
+def v_noncontig_rg(t: Tensor, i: int, I: Inputs) -> Tensor:
+    return _noncontig(t).requires_grad_()
+
+
+def v_transposed_rg(t: Tensor, i: int, I: Inputs) -> Tensor:
+    return t.mT.contiguous().mT.requires_grad_() if t.dim() >= 2 else t.requires_grad_()
+
+
+def v_param(t: Tensor, i: int, I: Inputs) -> Tensor:
+    return torch.nn.Parameter(t)
+
+
+def v_param_no_grad(t: Tensor, i: int, I: Inputs) -> Tensor:
+    return torch.nn.Parameter(t, requires_grad=False)
+
+
+class PlainSub(torch.Tensor):
+    """A Tensor subclass with no overrides of its own."""
+
+
+def v_subclass(t: Tensor, i: int, I: Inputs) -> Tensor:
+    return t.as_subclass(PlainSub)
+
+
+def v_subclass_rg(t: Tensor, i: int, I: Inputs) -> Tensor:
+    return t.as_subclass(PlainSub).requires_grad_()
+
+
+def v_conj(t: Tensor, i: int, I: Inputs) -> Tensor:
+    return torch.complex(t, t * 0.5).conj()
+
+
+def v_conj_rg(t: Tensor, i: int, I: Inputs) -> Tensor:
+    z = torch.complex(t, t * 0.5).requires_grad_()
+    I.leaves.append(z)
+    return z.conj()
+
+
+def v_complex(t: Tensor, i: int, I: Inputs) -> Tensor:
+    return torch.complex(t, t * 0.5)
+
+
+def v_neg(t: Tensor, i: int, I: Inputs) -> Tensor:
+    return torch.complex(t * 0.5, t).conj().imag  # real, with the negative bit set
+
+
+def v_sparse(t: Tensor, i: int, I: Inputs) -> Tensor:
+    return t.to_sparse()
+
+
+def v_meta(t: Tensor, i: int, I: Inputs) -> Tensor:
+    return t.to("meta")
+
+
+def v_meta_rg(t: Tensor, i: int, I: Inputs) -> Tensor:
+    return t.to("meta").requires_grad_()
+
+
+def v_mixed_devices(t: Tensor, i: int, I: Inputs) -> Tensor:
+    return t if i == 0 else t.to("meta")
+
+
+def v_mixed_devices_meta_first(t: Tensor, i: int, I: Inputs) -> Tensor:
+    return t.to("meta") if i == 0 else t
+
+
+def v_inference(t: Tensor, i: int, I: Inputs) -> Tensor:
+    with torch.inference_mode():
+        return t.clone()
+
+
+def v_view_of_rg(t: Tensor, i: int, I: Inputs) -> Tensor:
+    base = t.requires_grad_()
+    I.leaves.append(base)
+    return base * 1  # a non-leaf that requires grad
+
+
+def v_escaped_grad_wrapper(t: Tensor, i: int, I: Inputs) -> Tensor:
+    """A tensor that escaped from ``torch.func.grad``: a dead functorch wrapper, type ``torch.Tensor``."""
+    box: list[Tensor] = []
+
+    def f(a: Tensor) -> Tensor:
+        box.append(a)
+        return a.sum()
+
+    torch.func.grad(f)(t)
+    return box[0]
+
+
+def v_quantized(t: Tensor, i: int, I: Inputs) -> Tensor:
+    return torch.quantize_per_tensor(t, 0.1, 0, torch.qint8)
+
+
+def v_nested(t: Tensor, i: int, I: Inputs) -> Tensor:
+    rows = list(t.reshape(-1, t.shape[-1]).unbind()) if t.dim() >= 1 else [t.reshape(1)]
+    return torch.nested.nested_tensor([r[: 1 + k % r.shape[0]] if r.shape[0] else r for k, r in enumerate(rows)])
+
+
+def v_nested_uniform(t: Tensor, i: int, I: Inputs) -> Tensor:
+    return torch.nested.nested_tensor(list(t.reshape(-1, t.shape[-1]).unbind()) if t.dim() >= 1 else [t.reshape(1)])
+
+
+def v_zero_tensor(t: Tensor, i: int, I: Inputs) -> Tensor:
+    return torch._efficientzerotensor(t.shape, dtype=t.dtype)
+
+
+def v_functional(t: Tensor, i: int, I: Inputs) -> Tensor:
+    return torch._to_functional_tensor(t)
+
+
+# --------------------------------------------------------------------------- contexts
+
+
+class RecordingDispatchMode(TorchDispatchMode):
+    """Records every op it sees (``str(func)``) and runs it unchanged."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+class RecordingFunctionMode(TorchFunctionMode):
+    """Records every function it sees and runs it unchanged."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.seen.append(getattr(func, "__name__", str(func)) if not isinstance(func, torch._ops.OpOverload) else str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def inference_enable_grad() -> Iterator[None]:
+    with torch.inference_mode(), torch.enable_grad():
+        yield
+
+
+@contextlib.contextmanager
+def below_autograd_enable_grad() -> Iterator[None]:
+    with torch._C._AutoDispatchBelowAutograd(), torch.enable_grad():
+        yield
+
+
+@contextlib.contextmanager
+def inference_mode_off_inside() -> Iterator[None]:
+    with torch.inference_mode(), torch.inference_mode(False):
+        yield
+
+
+def exclude_cpu_key() -> Any:
+    return torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(torch._C.DispatchKey.CPU))
+
+
+def exclude_ad_inplace_or_view() -> Any:
+    return torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(torch._C.DispatchKey.ADInplaceOrView))
+
+
+@contextlib.contextmanager
+def functionalization() -> Iterator[None]:
+    torch._enable_functionalization(reapply_views=True)
+    try:
+        yield
+    finally:
+        torch._disable_functionalization()
+
+
+class SavedTensorsCounter:
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def pack(self, t: Tensor) -> Tensor:
+        self.events.append(f"pack {tuple(t.shape)}")
+        return t
+
+    def unpack(self, t: Tensor) -> Tensor:
+        self.events.append(f"unpack {tuple(t.shape)}")
+        return t
+
+    @contextlib.contextmanager
+    def cm(self) -> Iterator["SavedTensorsCounter"]:
+        with torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack):
+            yield self
+
+
+def wrap_vmap(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    in_dims = tuple(tree_map(lambda v: 0 if isinstance(v, Tensor) else None, a) for a in args)
+    return torch.vmap(lambda *a: fn(*a, **kwargs), in_dims=in_dims)(*args)
+
+
+def _loss(out: Any, args: Any) -> Tensor:
+    tensors = [t for t in tree_leaves(out) if isinstance(t, Tensor)] or [t for t in tree_leaves(args) if isinstance(t, Tensor)]
+    return sum((t.real.sum() if t.is_complex() else t.sum()) for t in tensors)  # type: ignore[return-value]
+
+
+def wrap_func_grad(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return torch.func.grad(lambda *a: _loss(fn(*a, **kwargs), a))(*args)
+
+
+def wrap_func_vjp(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    out, vjp_fn = torch.func.vjp(lambda *a: fn(*a, **kwargs), *args)
+    cotangents = tree_map_only(Tensor, torch.ones_like, out)
+    return out, vjp_fn(cotangents)
+
+
+def wrap_forward_ad(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def dual(t: Tensor) -> Tensor:
+        return fwAD.make_dual(t, torch.ones_like(t)) if t.is_floating_point() or t.is_complex() else t
+
+    with fwAD.dual_level():
+        d_args, d_kwargs = tree_map_only(Tensor, dual, (args, kwargs))
+        out = fn(*d_args, **d_kwargs)
+        return tree_map_only(Tensor, lambda t: tuple(fwAD.unpack_dual(t)), out)
+
+
+def wrap_dual_level_only(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    with fwAD.dual_level():  # a forward-AD level is open, but no input is dual
+        return fn(*args, **kwargs)
+
+
+def wrap_jit_trace(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    # Traced with every Tensor argument as an input; the non-Tensor ones become constants.
+    flat = [a for a in args]
+    positions = [i for i, a in enumerate(flat) if isinstance(a, Tensor)]
+
+    def traced_fn(*tensors: Tensor) -> Any:
+        full = list(flat)
+        for i, t in zip(positions, tensors):
+            full[i] = t
+        return fn(*full, **kwargs)
+
+    traced = torch.jit.trace(traced_fn, tuple(flat[i] for i in positions), check_trace=False)
+    return traced(*(flat[i] for i in positions))
+
+
+@dataclasses.dataclass
+class Scenario:
+    """A tensor variant plus the context and/or transform the call runs under."""
+
+    name: str
+    variant: Variant = v_plain
+    context: Callable[[], Any] = contextlib.nullcontext
+    wrap: Optional[Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]] = None
+    inputs_inside: bool = False  # build the inputs inside the context (FakeTensorMode)
+    backward_inside: bool = False  # run backward inside the context
+    observe: Optional[Callable[[Any], Any]] = None  # what the context saw, compared between the calls
+    must_see_op: bool = False  # the observation must contain the op, for both calls
+    needs_tensors: bool = False  # skip for ops without Tensor arguments
+
+
+def _profiler() -> Any:
+    return torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+
+
+def _profile_keys(prof: Any) -> list[str]:
+    return sorted({e.key for e in prof.key_averages() if "::" in e.key and not e.key.startswith(("aten::", "autograd::"))})
+
+
+def _seen(mode: Any) -> list[str]:
+    return list(mode.seen)
+
+
+SCENARIOS: list[Scenario] = [
+    Scenario("plain"),
+    Scenario("grad_requires_grad", v_rg),
+    Scenario("grad_no_requires_grad", v_plain, torch.enable_grad),
+    Scenario("no_grad_requires_grad", v_rg, torch.no_grad),
+    Scenario("set_grad_enabled_false", v_rg, lambda: torch.set_grad_enabled(False)),
+    Scenario("inference_mode_normal", v_plain, torch.inference_mode),
+    Scenario("inference_mode_normal_requires_grad", v_rg, torch.inference_mode),
+    Scenario("inference_mode_inference_tensors", v_inference, torch.inference_mode, needs_tensors=True),
+    Scenario("inference_tensors_outside_mode", v_inference, needs_tensors=True),
+    Scenario("inference_mode_enable_grad_requires_grad", v_rg, inference_enable_grad, needs_tensors=True),
+    Scenario("below_autograd_enable_grad_requires_grad", v_rg, below_autograd_enable_grad, needs_tensors=True),
+    Scenario("inference_mode_false", v_rg, lambda: torch.inference_mode(False)),
+    Scenario("inference_mode_false_inside_inference_mode", v_rg, inference_mode_off_inside),
+    Scenario("below_ad_inplace_or_view", v_plain, torch._C._AutoDispatchBelowADInplaceOrView, needs_tensors=True),
+    Scenario("exclude_ad_inplace_or_view", v_plain, exclude_ad_inplace_or_view, needs_tensors=True),
+    Scenario("exclude_cpu_dispatch_key", v_plain, exclude_cpu_key),
+    Scenario("fake_tensor_mode", v_plain, FakeTensorMode, inputs_inside=True, backward_inside=True),
+    Scenario("fake_tensor_mode_requires_grad", v_rg, FakeTensorMode, inputs_inside=True, backward_inside=True, needs_tensors=True),
+    Scenario("dispatch_mode", v_plain, RecordingDispatchMode, observe=_seen, must_see_op=True),
+    Scenario("dispatch_mode_requires_grad", v_rg, RecordingDispatchMode, observe=_seen, must_see_op=True, needs_tensors=True),
+    Scenario("function_mode", v_plain, RecordingFunctionMode, observe=_seen, must_see_op=True),
+    Scenario("device_meta_context", v_plain, lambda: torch.device("meta")),
+    Scenario("device_cpu_context_requires_grad", v_rg, lambda: torch.device("cpu")),
+    Scenario("vmap", v_plain, wrap=wrap_vmap),
+    Scenario("vmap_requires_grad", v_rg, wrap=wrap_vmap, needs_tensors=True),
+    Scenario("func_grad", v_plain, wrap=wrap_func_grad),
+    Scenario("func_vjp", v_plain, wrap=wrap_func_vjp, needs_tensors=True),
+    Scenario("meta_tensors", v_meta, needs_tensors=True),
+    Scenario("meta_tensors_requires_grad", v_meta_rg, needs_tensors=True),
+    Scenario("tensor_subclass", v_subclass, needs_tensors=True),
+    Scenario("tensor_subclass_requires_grad", v_subclass_rg, needs_tensors=True),
+    Scenario("complex", v_complex, needs_tensors=True),
+    Scenario("conj", v_conj, needs_tensors=True),
+    Scenario("conj_requires_grad", v_conj_rg, needs_tensors=True),
+    Scenario("neg_bit", v_neg, needs_tensors=True),
+    Scenario("sparse", v_sparse, needs_tensors=True),
+    Scenario("profiler", v_plain, _profiler, observe=_profile_keys, must_see_op=True),
+    Scenario("profiler_requires_grad", v_rg, _profiler, observe=_profile_keys, must_see_op=True, needs_tensors=True),
+    Scenario("autocast_cpu", v_plain, lambda: torch.autocast("cpu")),
+    Scenario("autocast_cpu_requires_grad", v_rg, lambda: torch.autocast("cpu"), needs_tensors=True),
+    Scenario("autocast_cpu_disabled", v_rg, lambda: torch.autocast("cpu", enabled=False), needs_tensors=True),
+    Scenario("forward_ad", v_plain, wrap=wrap_forward_ad),
+    Scenario("forward_ad_level_no_duals", v_rg, wrap=wrap_dual_level_only),
+    Scenario("anomaly_mode_requires_grad", v_rg, torch.autograd.detect_anomaly, needs_tensors=True),
+    Scenario("saved_tensors_hooks", v_rg, lambda: SavedTensorsCounter().cm(), observe=lambda c: list(c.events), needs_tensors=True),
+    Scenario("noncontiguous", v_noncontig, needs_tensors=True),
+    Scenario("noncontiguous_requires_grad", v_noncontig_rg, needs_tensors=True),
+    Scenario("transposed_requires_grad", v_transposed_rg, needs_tensors=True),
+    Scenario("non_leaf_requires_grad", v_view_of_rg, needs_tensors=True),
+    Scenario("parameter", v_param, needs_tensors=True),
+    Scenario("parameter_no_grad", v_param_no_grad, needs_tensors=True),
+    Scenario("mixed_devices_cpu_then_meta", v_mixed_devices, needs_tensors=True),
+    Scenario("mixed_devices_meta_then_cpu", v_mixed_devices_meta_first, needs_tensors=True),
+    Scenario("escaped_functorch_grad_wrapper", v_escaped_grad_wrapper, needs_tensors=True),
+    Scenario("quantized", v_quantized, needs_tensors=True),
+    Scenario("nested_strided", v_nested, needs_tensors=True),
+    Scenario("nested_strided_uniform", v_nested_uniform, needs_tensors=True),
+    Scenario("zero_tensor", v_zero_tensor, needs_tensors=True),
+    Scenario("functionalization", v_functional, functionalization, needs_tensors=True),
+    Scenario("jit_trace", v_plain, wrap=wrap_jit_trace, needs_tensors=True),
+]
+SCENARIOS_BY_NAME = {s.name: s for s in SCENARIOS}
+
+# op x call form of the main matrix
+MATRIX: list[tuple[str, str]] = [
+    ("unary", "main"),
+    ("vmap_sin", "main"),
+    ("multi", "main"),
+    ("multi", "defaults"),
+    ("mutate", "main"),
+    ("mutate_np", "main"),
+    ("mutate_ret", "main"),
+    ("inplace", "main"),
+    ("out", "main"),
+    ("multi_out", "main"),
+    ("list_in", "main"),
+    ("list_in", "tuple"),
+    ("mutate_list", "main"),
+    ("kwarg_tensor", "main"),
+    ("optional", "given"),
+    ("optional", "none"),
+    ("factory", "main"),
+    ("default_kernel", "main"),
+    ("cuda_only", "main"),
+    ("no_backward", "main"),
+    ("raises", "main"),
+    ("aliasing", "main"),
+    ("autocast_mm", "main"),
+    ("mm_no_autocast", "main"),
+    ("misc_types", "main"),
+    ("optional_tensor_list", "main"),
+]
+
+# --------------------------------------------------------------------------- snapshots
+
+
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+
+
+def _message(e: BaseException) -> str:
+    text = str(e)
+    # "Could not run / no fallback" errors list the kernels registered right now, which lazy
+    # registrations (meta kernels, ...) change between two calls: keep the sentence, not the list.
+    text = text.split("Available functions are")[0]
+    return _ADDRESS.sub("0x?", text)
+
+
+def _attempt(f: Callable[[], Any]) -> Any:
+    try:
+        return f()
+    except Exception as e:  # the attribute itself raises: compare that it does
+        return f"<raises {type(e).__name__}>"
+
+
+def _values(t: Tensor) -> Any:
+    """The data of ``t`` as a plain dense CPU Tensor (or a marker where there is none)."""
+    if isinstance(t, FakeTensor) or t.is_meta:
+        return "<no data>"
+    try:
+        v = t.detach()
+        if torch._is_functional_tensor(v):
+            torch._sync(v)
+            v = torch._from_functional_tensor(v)
+        if torch._C._functorch.is_functorch_wrapped_tensor(v):
+            v = torch._C._functorch.get_unwrapped(v)
+        if v.is_nested:
+            return [_values(u) for u in v.unbind()]
+        if v.is_quantized:
+            v = v.dequantize()
+        if v.layout is not torch.strided:
+            v = v.to_dense()
+        return v.resolve_conj().resolve_neg().as_subclass(torch.Tensor).clone()
+    except Exception as e:
+        return f"<values raise {type(e).__name__}>"
+
+
+def describe(t: Any) -> Any:
+    """Everything observable about one Tensor (``None`` stays ``None``)."""
+    if not isinstance(t, Tensor):
+        return t
+    return {
+        "type": type(t).__name__,
+        "dtype": _attempt(lambda: t.dtype),
+        "shape": _attempt(lambda: tuple(t.shape)),
+        "stride": _attempt(t.stride),
+        "storage_offset": _attempt(t.storage_offset),
+        "device": _attempt(lambda: t.device),
+        "layout": _attempt(lambda: t.layout),
+        "requires_grad": _attempt(lambda: t.requires_grad),
+        "is_leaf": _attempt(lambda: t.is_leaf),
+        "grad_fn": _attempt(lambda: None if t.grad_fn is None else type(t.grad_fn).__name__),
+        "conj": _attempt(t.is_conj),
+        "neg": _attempt(t.is_neg),
+        "inference": _attempt(t.is_inference),
+        "version": _attempt(lambda: t._version),
+        "values": _values(t),
+    }
+
+
+def _tensors_in(args: tuple[Any, ...], kwargs: dict[str, Any], extra: list[Tensor]) -> list[Tensor]:
+    found = [t for t in tree_leaves((args, kwargs)) if isinstance(t, Tensor)]
+    return found + [t for t in extra if all(t is not f for f in found)]
+
+
+def _describe_output(out: Any, inputs: list[Tensor]) -> Any:
+    """The output pytree with each Tensor described, plus which input (if any) it is."""
+
+    def one(v: Any) -> Any:
+        if isinstance(v, Tensor):
+            same = [i for i, t in enumerate(inputs) if v is t]
+            return {"is_input": same, **describe(v)}
+        if isinstance(v, float) and math.isnan(v):
+            return "nan"
+        return v
+
+    if isinstance(out, (tuple, list)):
+        return {"container": type(out).__name__, "items": [_describe_output(o, inputs) for o in out]}
+    if isinstance(out, dict):
+        return {k: _describe_output(v, inputs) for k, v in out.items()}
+    return one(out)
+
+
+@contextlib.contextmanager
+def _entered(cm: Any) -> Iterator[Any]:
+    """Enter a context manager or a mode, yielding what ``with`` binds."""
+    with cm as value:
+        yield value if value is not None else cm
+
+
+def run_one(
+    fn: Callable[..., Any],
+    make_inputs: Make,
+    scenario: Scenario,
+    *,
+    backward: bool = True,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Call ``fn`` once under ``scenario`` on freshly made inputs; everything observable, as data."""
+    torch.manual_seed(seed)
+    I = Inputs(scenario.variant)
+    snap: dict[str, Any] = {}
+    cm = scenario.context()
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = {}
+    out: Any = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if not scenario.inputs_inside:
+            args, kwargs = make_inputs(I)
+        with _entered(cm) as entered:
+            if scenario.inputs_inside:
+                args, kwargs = make_inputs(I)
+            try:
+                out = scenario.wrap(fn, args, kwargs) if scenario.wrap is not None else fn(*args, **kwargs)
+                snap["exception"] = None
+            except Exception as e:
+                snap["exception"] = (type(e).__name__, _message(e))
+            if scenario.backward_inside:
+                snap["backward"] = _backward(out, backward)
+        if not scenario.backward_inside:
+            snap["backward"] = _backward(out, backward)
+        inputs = _tensors_in(args, kwargs, I.leaves)
+        snap["output"] = _describe_output(out, inputs)
+        snap["inputs_after"] = [describe(t) for t in inputs]
+        snap["grads"] = [describe(t.grad) if t.is_leaf else "<non-leaf>" for t in inputs]
+        if scenario.observe is not None:
+            snap["observed"] = scenario.observe(entered)
+    return snap
+
+
+def _backward(out: Any, enabled: bool) -> Any:
+    """Backward through every output that requires grad (ones as gradients): the exception, if any."""
+    if not enabled:
+        return None
+    outs = [t for t in tree_leaves(out) if isinstance(t, Tensor) and t.requires_grad]
+    if not outs:
+        return "no output requires grad"
+    try:
+        torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
+    except Exception as e:
+        return (type(e).__name__, _message(e))
+    return "ok"
+
+
+def _diff(a: Any, b: Any, path: str = "") -> Optional[str]:
+    """The first difference between two snapshots, as text (``None``: equal)."""
+    if isinstance(a, Tensor) or isinstance(b, Tensor):
+        if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
+            return f"{path}: {a!r} vs {b!r}"
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return f"{path}: {a.dtype}{tuple(a.shape)} vs {b.dtype}{tuple(b.shape)}"
+        if a.dtype.is_floating_point or a.dtype.is_complex:
+            if not torch.equal(torch.nan_to_num(a.isnan().to(a.dtype)), torch.nan_to_num(b.isnan().to(b.dtype))):
+                return f"{path}: NaNs differ\n{a}\nvs\n{b}"
+            if not torch.equal(torch.where(a.isnan(), 0, a), torch.where(b.isnan(), 0, b)):
+                return f"{path}: values differ\n{a}\nvs\n{b}"
+            return None
+        return None if torch.equal(a, b) else f"{path}: values differ\n{a}\nvs\n{b}"
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return f"{path}: keys {sorted(a)} vs {sorted(b)}"
+        for k in a:
+            d = _diff(a[k], b[k], f"{path}.{k}")
+            if d is not None:
+                return d
+        return None
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if type(a) is not type(b) or len(a) != len(b):
+            return f"{path}: {a!r} vs {b!r}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            d = _diff(x, y, f"{path}[{i}]")
+            if d is not None:
+                return d
+        return None
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return None
+    return None if (type(a) is type(b) and a == b) else f"{path}: {a!r} vs {b!r}"
+
+
+def assert_same(
+    op: Any,
+    make_inputs: Make,
+    context: Scenario | Callable[[], Any] = contextlib.nullcontext,
+    *,
+    backward: bool = True,
+    keys: Optional[tuple[str, ...]] = None,
+) -> dict[str, Any]:
+    """``op(*args)`` (the fast path) and ``op.op(*args)`` (the dispatcher) are indistinguishable.
+
+    ``make_inputs(I)`` returns ``(args, kwargs)``, building every Tensor with ``I.T(*shape)``; it
+    runs once per call, from the same seed, so both calls get equal but independent inputs.
+    ``context`` is a :class:`Scenario` or a context-manager factory. Returns the fast path's
+    snapshot. ``keys`` restricts the comparison to those snapshot entries.
+    """
+    scenario = context if isinstance(context, Scenario) else Scenario("custom", context=context)
+    fast = run_one(op, make_inputs, scenario, backward=backward)
+    slow = run_one(op.op, make_inputs, scenario, backward=backward)
+    if keys is not None:
+        fast = {k: v for k, v in fast.items() if k in keys}
+        slow = {k: v for k, v in slow.items() if k in keys}
+    d = _diff(fast, slow)
+    assert d is None, f"{op.qualname} under {scenario.name}: MyOp(...) differs from MyOp.op(...) at {d}"
+    if scenario.must_see_op and slow.get("exception") is None:
+        # (An op that raises before reaching the mode, e.g. out= under grad, is seen by neither.)
+        expected = str(op.op) if scenario.observe is _seen else f"{op.record.namespace}::{op.record.name}"
+        for label, snap in (("MyOp(...)", fast), ("MyOp.op(...)", slow)):
+            assert expected in snap["observed"], f"{scenario.name}: {label} was not seen ({expected} not in {snap['observed']})"
+    return fast
+
+
+# --------------------------------------------------------------------------- the matrix
+
+
+def _matrix_params() -> list[Any]:
+    params = []
+    for op_name, form in MATRIX:
+        tensorless = op_name == "factory"
+        for s in SCENARIOS:
+            if tensorless and s.needs_tensors:
+                continue
+            params.append(pytest.param(op_name, form, s.name, id=f"{op_name}-{form}-{s.name}"))
+    return params
+
+
+@pytest.mark.parametrize(("op_name", "form", "scenario"), _matrix_params())
+def test_fast_path_matches_dispatcher(ns: str, op_name: str, form: str, scenario: str) -> None:
+    case = make_corpus(ns, [op_name])[op_name]
+    assert_same(case.cls, case.forms[form], SCENARIOS_BY_NAME[scenario])
+
+
+# Every call form of every op (argument conversions and argument errors), in the plain contexts.
+_FORM_SCENARIOS = ("plain", "grad_requires_grad", "no_grad_requires_grad", "inference_mode_normal")
+
+
+def _form_params() -> list[Any]:
+    params = []
+    for op_name, forms in _FORMS.items():
+        for form in forms:
+            for s in _FORM_SCENARIOS:
+                params.append(pytest.param(op_name, form, s, id=f"{op_name}-{form}-{s}"))
+    return params
+
+
+_FORMS: dict[str, list[str]] = {
+    "multi": [
+        "defaults", "int_for_float", "bool_for_int", "float_for_int", "int_for_bool", "np_float64_for_float",
+        "np_int64_for_int", "tensor_for_float", "int64_max", "int_overflow_2_63", "int_overflow_2_70", "float_inf_nan",
+        "kwonly_positional", "too_many", "unknown_kwarg", "missing_tensor", "none_for_tensor", "float_for_tensor",
+        "all_keywords", "duplicate_arg", "broadcast", "float64_and_float32", "zero_dim", "empty",
+    ],
+    "mutate": ["same_tensor"],
+    "inplace": ["default_factor", "int_factor"],
+    "out": ["out_positional", "out_missing", "out_wrong_shape"],
+    "list_in": ["tuple", "int_weights", "mismatch", "empty", "none_element", "float_element", "generator"],
+    "mutate_list": ["tuple"],
+    "kwarg_tensor": ["default_alpha", "other_positional", "other_missing"],
+    "optional": ["omitted", "keyword"],
+    "factory": ["str_device", "meta_device", "meta_str_device", "device_index", "int_value", "device_keyword", "bad_device", "int_device"],
+    "raises": ["type_error", "ok"],
+    "misc_types": [
+        "defaults", "sizes_tuple", "sizes_size", "sizes_np_ints", "sizes_bool", "sizes_overflow", "sizes_symbolic_minus_one",
+        "sizes_int", "scale_bool", "scale_complex", "scale_tensor", "scale_np", "dtype_str", "dtype_int", "mode_int", "opt_bool",
+        "opt_overflow", "opt_list_ints", "opt_list_tuple", "opt_list_mixed", "flags_ints", "flags_tuple", "layout_sparse",
+        "layout_str", "memory_format_channels_last",
+    ],
+    "optional_tensor_list": ["all_none", "none_first", "tuple"],
+    "ret_tensor": ["ok", "ndarray", "float", "list", "tuple1", "none", "parameter", "subclass"],
+    "ret_pair": ["tuple", "list", "tensor"],
+    "ret_list": ["list", "tuple", "empty", "generator"],
+    "ret_numbers": ["exact", "numpy", "swapped", "tensors", "bigint", "wrong"],
+    "ret_mutable": ["none", "tensor", "int"],
+    "alias_kinds": ["fresh", "input", "view", "detach", "data", "from_numpy", "as_strided", "view_of_fresh"],
+    "alias_pair": ["fresh", "same", "view", "input"],
+}
+
+
+@pytest.mark.parametrize(("op_name", "form", "scenario"), _form_params())
+def test_call_forms_match_dispatcher(ns: str, op_name: str, form: str, scenario: str) -> None:
+    case = make_corpus(ns, [op_name])[op_name]
+    assert_same(case.cls, case.forms[form], SCENARIOS_BY_NAME[scenario])
+
+
+def test_forms_table_is_complete() -> None:
+    """Every call form the corpus defines is exercised (by the matrix or the forms test)."""
+    in_matrix = set(MATRIX)
+    for op_name, factory in CORPUS.items():
+        case = factory(f"t_forms_table_{op_name}")
+        try:
+            for form in case.forms:
+                assert (op_name, form) in in_matrix or form in _FORMS.get(op_name, []), f"{op_name}/{form} is never run"
+        finally:
+            import opclass
+
+            opclass.remove(case.cls)
+
+
+# --------------------------------------------------------------------------- targeted checks
+
+
+def test_helper_detects_a_difference(ns: str) -> None:
+    """The comparison is not vacuous: a kernel that behaves differently per call is caught."""
+    calls = []
+
+    class Flaky(CustomOp, name=f"{ns}::flaky"):
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            calls.append(1)
+            return x + len(calls)
+
+    with pytest.raises(AssertionError, match="differs"):
+        assert_same(Flaky, lambda I: ((I.T(3),), {}))
+
+
+def test_fast_path_is_taken_in_plain_eager(ns: str) -> None:
+    """The tests above compare two different code paths: in plain eager mode the fast path runs the
+    kernel without the dispatcher (a dispatch mode is not needed to see it: the profiler is)."""
+    case = make_corpus(ns, ["unary"])["unary"]
+    with _profiler() as prof:
+        case.cls(torch.randn(3))
+    fast_keys = _profile_keys(prof)
+    assert "numpy_sin" in str(case.cls.op)
+    # Under the profiler the guard fails and the dispatcher runs, so the op shows up.
+    assert f"{ns}::numpy_sin" in fast_keys
+
+
+@pytest.mark.parametrize("op_name", ["unary", "multi", "list_in", "kwarg_tensor", "optional", "multi_out", "autocast_mm"])
+def test_grads_match_with_partial_requires_grad(ns: str, op_name: str) -> None:
+    """Only some inputs require grad: ``needs_input_grad`` and the gradients agree."""
+    case = make_corpus(ns, [op_name])[op_name]
+    make = next(iter(case.forms.values()))
+
+    def first_only(t: Tensor, i: int, I: Inputs) -> Tensor:
+        return t.requires_grad_() if i == 0 else t
+
+    def last_only(t: Tensor, i: int, I: Inputs) -> Tensor:
+        return t.requires_grad_() if i == 1 else t
+
+    for variant in (first_only, last_only):
+        assert_same(case.cls, make, Scenario(variant.__name__, variant))
+
+
+def test_needs_input_grad_seen_by_backward(ns: str) -> None:
+    seen: list[tuple[bool, ...]] = []
+
+    class Mul(CustomOp, name=f"{ns}::mul"):
+        @staticmethod
+        def cpu(x: Tensor, y: Tensor, *, z: Optional[Tensor] = None) -> Tensor:
+            return x * y if z is None else x * y * z
+
+        @staticmethod
+        def abstract(x: Tensor, y: Tensor, *, z: Optional[Tensor] = None) -> Tensor:
+            return torch.zeros_like(x)
+
+        @staticmethod
+        def setup_context(ctx, inputs, keyword_only_inputs, output):
+            ctx.save_for_backward(*inputs)
+
+        @staticmethod
+        def backward(ctx, grad):
+            seen.append(tuple(ctx.needs_input_grad))
+            x, y = ctx.saved_tensors
+            return grad * y, grad * x, None
+
+    for flags in ((True, False, False), (False, True, True), (True, True, False)):
+        for fn in (Mul, Mul.op):
+            x, y, z = (torch.randn(3, requires_grad=f) for f in flags)
+            fn(x, y, z=z).sum().backward()
+        assert seen[-1] == seen[-2], f"{flags}: needs_input_grad {seen[-2]} (fast) vs {seen[-1]} (dispatcher)"
+
+
+@pytest.mark.parametrize("op_name", ["unary", "multi", "mutate", "inplace", "out", "list_in", "optional", "kwarg_tensor"])
+def test_compile_matches_eager(ns: str, op_name: str) -> None:
+    """``torch.compile(fullgraph=True, backend="aot_eager")`` over ``MyOp(...)`` computes what eager
+    ``MyOp.op(...)`` does: outputs, mutations, gradients."""
+    torch._dynamo.reset()
+    try:
+        case = make_corpus(ns, [op_name])[op_name]
+        make = next(iter(case.forms.values()))
+        functional = case.cls.record.is_functional
+        variant = v_rg if functional else v_plain
+
+        def compiled_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            def f(*a: Any, **k: Any) -> Any:
+                return fn(*a, **k)
+
+            return torch.compile(f, backend="aot_eager", fullgraph=True)(*args, **kwargs)
+
+        got = run_one(case.cls, make, Scenario("compile", variant, wrap=compiled_call))
+        expected = run_one(case.cls.op, make, Scenario("eager", variant))
+        assert got["exception"] is None, got["exception"]
+
+        def values(snap: Any) -> Any:
+            """Data, dtype and shape only: compiled outputs have their own grad_fn and strides."""
+            if isinstance(snap, dict) and "values" in snap and "dtype" in snap:
+                return {"dtype": snap["dtype"], "shape": snap["shape"], "values": snap["values"]}
+            if isinstance(snap, dict):
+                return {k: values(v) for k, v in snap.items() if k != "is_input"}
+            if isinstance(snap, list):
+                return [values(v) for v in snap]
+            return snap
+
+        for key in ("exception", "output", "inputs_after", "grads", "backward"):
+            d = _diff(values(got[key]), values(expected[key]), key)
+            assert d is None, f"compiled {case.cls.qualname} differs from eager: {d}"
+    finally:
+        torch._dynamo.reset()
+
+
+def test_profiler_records_both_calls(ns: str) -> None:
+    case = make_corpus(ns, ["multi"])["multi"]
+    for fn in (case.cls, case.cls.op):
+        with _profiler() as prof:
+            fn(torch.randn(2), torch.randn(2))
+        assert f"{ns}::multi" in [e.key for e in prof.key_averages()], fn
+
+
+def test_dispatch_mode_sees_both_calls_with_tensor_list(ns: str) -> None:
+    case = make_corpus(ns, ["list_in"])["list_in"]
+    for fn in (case.cls, case.cls.op):
+        xs = (torch.randn(2), torch.randn(2))
+        with RecordingDispatchMode() as mode:
+            fn(xs, (1.0, 2.0))
+        assert mode.seen == [str(case.cls.op)], mode.seen
+
+
+def test_version_counters_of_views_and_bases(ns: str) -> None:
+    """Mutating a view bumps the shared counter of its base, the same way on both paths."""
+    case = make_corpus(ns, ["mutate_np", "inplace"])
+    for name, c in case.items():
+
+        def make(I: Inputs) -> Any:
+            base = I.T(4, 6)
+            I.leaves.append(base)
+            view = base[1:, ::2]
+            return ((view,) if name == "mutate_np" else (view, 2.0)), {}
+
+        assert_same(c.cls, make)
+
+
+def test_inplace_op_returns_its_argument_on_both_paths(ns: str) -> None:
+    case = make_corpus(ns, ["inplace", "out"])
+    x = torch.randn(3)
+    assert case["inplace"].cls(x) is x and case["inplace"].cls.op(x) is x
+    out = torch.empty(3)
+    assert case["out"].cls(x, out=out) is out and case["out"].cls.op(x, out=out) is out
+
+
+def test_grad_mode_toggled_between_calls(ns: str) -> None:
+    """The guards read grad mode per call, not once."""
+    case = make_corpus(ns, ["unary"])["unary"]
+    for ctx in (torch.no_grad, torch.enable_grad, torch.no_grad, torch.enable_grad):
+        assert_same(case.cls, case.forms["main"], Scenario("toggle", v_rg, ctx))
+
+
+def test_threads_see_their_own_grad_mode(ns: str) -> None:
+    """Grad mode is thread-local; a call from another thread matches the dispatcher there."""
+    import threading
+
+    case = make_corpus(ns, ["unary"])["unary"]
+    results: dict[str, Any] = {}
+
+    def worker() -> None:
+        with torch.no_grad():
+            for label, fn in (("fast", case.cls), ("slow", case.cls.op)):
+                y = fn(torch.randn(3, requires_grad=True))
+                results[label] = (y.requires_grad, y.grad_fn is None)
+
+    th = threading.Thread(target=worker)
+    th.start()
+    th.join()
+    assert results["fast"] == results["slow"]
+
+
+def test_kernel_returning_clone_under_grad(ns: str) -> None:
+    """A kernel returning ``x.clone()`` on the grad path: the output's version counter (and every
+    other property) is the same on both paths."""
+
+    class Clone(CustomOp, name=f"{ns}::clone_op"):
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            return x.clone()
+
+        @staticmethod
+        def abstract(x: Tensor) -> Tensor:
+            return torch.zeros_like(x)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad
+
+    assert_same(Clone, lambda I: ((I.T(3),), {}), SCENARIOS_BY_NAME["grad_requires_grad"])
+
+
+# --------------------------------------------------------------------------- the other guard
+
+_OTHER_GUARD_ENV = "OPCLASS_FASTPATH_EQUIVALENCE_CHILD"
+
+
+@pytest.mark.skipif(bool(__import__("os").environ.get(_OTHER_GUARD_ENV)), reason="already the child run")
+def test_matrix_under_the_other_guard() -> None:
+    """opclass has two guards (native C++ and pure Python; ``OPCLASS_GUARD`` picks one at import).
+    This process tests the active one; a child process runs this file under the other."""
+    import os
+    import subprocess
+    import sys
+
+    import opclass
+
+    if opclass.guard_backend() == "native":
+        other = "python"
+    else:
+        from opclass import _native
+
+        if _native._built_library(_native.cache_dir()) is None:
+            pytest.skip("native guard not built (python -m opclass.native)")
+        other = "native"
+    env = {**os.environ, "OPCLASS_GUARD": other, _OTHER_GUARD_ENV: "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
+    failed = [line.split(" - ")[0] for line in proc.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
+    summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-2000:]
+    assert proc.returncode == 0, f"OPCLASS_GUARD={other}: {summary}\n" + "\n".join(failed)
