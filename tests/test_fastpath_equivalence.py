@@ -24,7 +24,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import re
+import sys
 import warnings
 from typing import Any, Callable, Iterator, Optional
 
@@ -32,6 +34,7 @@ import numpy as np
 import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
+import torch.utils.checkpoint
 from torch import Tensor
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.overrides import TorchFunctionMode
@@ -1038,6 +1041,10 @@ def wrap_forward_ad(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[
         return tree_map_only(Tensor, lambda t: tuple(fwAD.unpack_dual(t)), out)
 
 
+def wrap_checkpoint(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return torch.utils.checkpoint.checkpoint(lambda *a: fn(*a, **kwargs), *args, use_reentrant=False)
+
+
 def wrap_dual_level_only(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     with fwAD.dual_level():  # a forward-AD level is open, but no input is dual
         return fn(*args, **kwargs)
@@ -1130,6 +1137,7 @@ SCENARIOS: list[Scenario] = [
     Scenario("forward_ad", v_plain, wrap=wrap_forward_ad),
     Scenario("forward_ad_level_no_duals", v_rg, wrap=wrap_dual_level_only),
     Scenario("anomaly_mode_requires_grad", v_rg, torch.autograd.detect_anomaly, needs_tensors=True),
+    Scenario("checkpoint_non_reentrant", v_rg, wrap=wrap_checkpoint, needs_tensors=True),
     Scenario("saved_tensors_hooks", v_rg, lambda: SavedTensorsCounter().cm(), observe=lambda c: list(c.events), needs_tensors=True),
     Scenario("noncontiguous", v_noncontig, needs_tensors=True),
     Scenario("noncontiguous_requires_grad", v_noncontig_rg, needs_tensors=True),
@@ -1222,6 +1230,16 @@ def _values(t: Tensor) -> Any:
         return f"<values raise {type(e).__name__}>"
 
 
+def _graph(fn: Any, depth: int = 2) -> Any:
+    """The autograd node's type and, ``depth`` levels down, those of its next functions."""
+    if fn is None:
+        return None
+    name = type(fn).__name__
+    if depth == 0:
+        return name
+    return [name, [(_graph(f, depth - 1), i) for f, i in fn.next_functions]]
+
+
 def describe(t: Any) -> Any:
     """Everything observable about one Tensor (``None`` stays ``None``)."""
     if not isinstance(t, Tensor):
@@ -1236,7 +1254,7 @@ def describe(t: Any) -> Any:
         "layout": _attempt(lambda: t.layout),
         "requires_grad": _attempt(lambda: t.requires_grad),
         "is_leaf": _attempt(lambda: t.is_leaf),
-        "grad_fn": _attempt(lambda: None if t.grad_fn is None else type(t.grad_fn).__name__),
+        "grad_fn": _attempt(lambda: _graph(t.grad_fn)),
         "conj": _attempt(t.is_conj),
         "neg": _attempt(t.is_neg),
         "inference": _attempt(t.is_inference),
@@ -1499,16 +1517,61 @@ def test_helper_detects_a_difference(ns: str) -> None:
         assert_same(Flaky, lambda I: ((I.T(3),), {}))
 
 
-def test_fast_path_is_taken_in_plain_eager(ns: str) -> None:
-    """The tests above compare two different code paths: in plain eager mode the fast path runs the
-    kernel without the dispatcher (a dispatch mode is not needed to see it: the profiler is)."""
-    case = make_corpus(ns, ["unary"])["unary"]
-    with _profiler() as prof:
-        case.cls(torch.randn(3))
-    fast_keys = _profile_keys(prof)
-    assert "numpy_sin" in str(case.cls.op)
-    # Under the profiler the guard fails and the dispatcher runs, so the op shows up.
-    assert f"{ns}::numpy_sin" in fast_keys
+def _called_through_dispatcher() -> bool:
+    """Whether an ``OpOverload.__call__`` (torch/_ops.py) is on the stack."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(os.path.join("torch", "_ops.py")):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_plain_eager_call_bypasses_the_dispatcher(ns: str) -> None:
+    """The differential tests compare two code paths only if there are two: in plain eager mode
+    ``MyOp(...)`` must reach the kernel without ``OpOverload.__call__`` (else every test above
+    passes vacuously), and ``MyOp.op(...)`` must go through it. Checked for a functional op, a
+    mutable op and a Tensor-list op, with and without grad."""
+    seen: list[tuple[str, bool]] = []
+
+    class Fwd(CustomOp, name=f"{ns}::fwd"):
+        @staticmethod
+        def cpu(x: Tensor, k: float = 2.0) -> Tensor:
+            seen.append(("fwd", _called_through_dispatcher()))
+            return x * k
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.k = inputs[1]
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * ctx.k, None
+
+    class Mut(CustomOp, name=f"{ns}::mut", mutates_args=("x",)):
+        @staticmethod
+        def cpu(x: Tensor) -> None:
+            seen.append(("mut", _called_through_dispatcher()))
+            x.add_(1)
+
+    class Lst(CustomOp, name=f"{ns}::lst"):
+        @staticmethod
+        def cpu(xs: list[Tensor]) -> Tensor:
+            seen.append(("lst", _called_through_dispatcher()))
+            return xs[0] + xs[1]
+
+    calls = [
+        (Fwd, lambda: (torch.randn(3),)),
+        (Fwd, lambda: (torch.randn(3, requires_grad=True),)),
+        (Mut, lambda: (torch.randn(3),)),
+        (Lst, lambda: ([torch.randn(3), torch.randn(3)],)),
+    ]
+    for cls, make in calls:
+        seen.clear()
+        cls(*make())
+        cls.op(*make())
+        name = seen[0][0]
+        assert seen == [(name, False), (name, True)], f"{cls.qualname}: (kernel, via OpOverload.__call__) = {seen}"
 
 
 @pytest.mark.parametrize("op_name", ["unary", "multi", "list_in", "kwarg_tensor", "optional", "multi_out", "autocast_mm"])
@@ -1657,6 +1720,42 @@ def test_threads_see_their_own_grad_mode(ns: str) -> None:
     th.start()
     th.join()
     assert results["fast"] == results["slow"]
+
+
+@pytest.mark.parametrize("op_name", ["unary", "multi", "multi_out", "list_in", "kwarg_tensor", "autocast_mm"])
+def test_double_backward_matches(ns: str, op_name: str) -> None:
+    """Gradients of gradients (``create_graph=True``) agree: the backward graphs are the same."""
+    case = make_corpus(ns, [op_name])[op_name]
+    make = next(iter(case.forms.values()))
+
+    def grad_of_grad(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        leaves = [t for t in tree_leaves((args, kwargs)) if isinstance(t, Tensor) and t.requires_grad]
+        out = fn(*args, **kwargs)
+        first = torch.autograd.grad(_loss(out, args), leaves, create_graph=True, allow_unused=True)
+        used = [g for g in first if g is not None and g.requires_grad]
+        second = torch.autograd.grad(sum(g.sum() for g in used), leaves, allow_unused=True) if used else ()
+        return out, first, second
+
+    assert_same(case.cls, make, Scenario("double_backward", v_rg, wrap=grad_of_grad))
+
+
+def test_redefined_op_old_class_matches_dispatcher(ns: str) -> None:
+    """After a class is redefined under the same name, the old class calls the new op, like ``.op``."""
+
+    def define(k: float) -> Any:
+        class Scale(CustomOp, name=f"{ns}::scale"):
+            @staticmethod
+            def cpu(x: Tensor) -> Tensor:
+                return x * k
+
+        return Scale
+
+    old = define(2.0)
+    new = define(3.0)
+    x = torch.ones(2)
+    for cls in (old, new):
+        assert torch.equal(cls(x), cls.op(x)), cls
+        assert torch.equal(cls(x), torch.full((2,), 3.0))
 
 
 def test_kernel_returning_clone_under_grad(ns: str) -> None:

@@ -1,0 +1,129 @@
+"""Which guard is active, how it is chosen, and what the native guard accepts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import opclass
+from opclass import _native
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBE = textwrap.dedent(
+    """
+    import torch, opclass
+    from torch import Tensor
+    class Op(opclass.CustomOp, name="guard_probe::op"):
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            return x + 1
+    assert torch.equal(Op(torch.zeros(2)), torch.ones(2))
+    print(opclass.guard_backend(), "|", opclass.guard_info(), "|", type(Op).__mro__[1].__name__)
+    """
+)
+
+
+def _probe(**env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, cwd=ROOT, env={**os.environ, **env})
+
+
+def test_forced_python_guard() -> None:
+    out = _probe(OPCLASS_GUARD="python")
+    assert out.returncode == 0, out.stderr
+    backend, info, meta_base = (s.strip() for s in out.stdout.split("|"))
+    assert backend == "python" and info == "python: OPCLASS_GUARD=python" and meta_base == "type"
+
+
+def test_auto_without_a_build_falls_back_to_python(tmp_path: Path) -> None:
+    out = _probe(OPCLASS_GUARD="auto", OPCLASS_CACHE_DIR=str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    backend, info, _ = (s.strip() for s in out.stdout.split("|"))
+    assert backend == "python" and "not built (run: python -m opclass.native)" in info
+    assert not any(tmp_path.iterdir())  # auto never compiles behind the user's back
+
+
+def test_bad_mode_is_an_error() -> None:
+    out = _probe(OPCLASS_GUARD="fastest")
+    assert out.returncode != 0 and "OPCLASS_GUARD='fastest': use auto, native or python" in out.stderr
+
+
+needs_native = pytest.mark.skipif(opclass.guard_backend() != "native", reason="native guard not built (python -m opclass.native)")
+
+
+@needs_native
+def test_native_is_used_when_built() -> None:
+    out = _probe(OPCLASS_GUARD="native")
+    assert out.returncode == 0, out.stderr
+    backend, info, meta_base = (s.strip() for s in out.stdout.split("|"))
+    assert backend == "native" and info.startswith("native: ") and meta_base == "MetaBase"
+
+
+def _guard(spec: bytes, *values: object) -> int:
+    module = _native.native_module()
+    assert module is not None
+    return int(module.guard(spec, *values))
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "make, expected",
+    [
+        (lambda: torch.ones(2), 1),
+        (lambda: torch.ones(2, requires_grad=True), 5),
+        (lambda: torch.nn.Parameter(torch.ones(2)), 5),
+        (lambda: torch.ones(4)[::2], 1),  # non-contiguous is still plain
+        (lambda: torch.ones(2, device="meta"), 0),
+        (lambda: torch.ones(2).to_sparse(), 0),
+        (lambda: torch.ones(2, dtype=torch.cfloat).conj(), 0),
+        (lambda: torch.ones(2, dtype=torch.cfloat).conj().imag, 0),  # negative bit
+        (lambda: torch.ones(2).as_subclass(type("Sub", (torch.Tensor,), {})), 0),
+        (lambda: torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8), 0),
+        (lambda: 3.0, 0),
+    ],
+    ids=["plain", "requires_grad", "parameter", "strided_view", "meta", "sparse", "conj", "neg", "subclass", "quantized", "not_a_tensor"],
+)
+def test_native_guard_classifies_tensors(make: object, expected: int) -> None:
+    assert _guard(b"T", make()) == expected  # type: ignore[operator]
+
+
+@needs_native
+def test_native_guard_specs_and_mixes() -> None:
+    x, g = torch.ones(2), torch.ones(2, requires_grad=True)
+    assert _guard(b"TO", x, None) == 1
+    assert _guard(b"T", None) == 0  # None where a Tensor is required
+    assert _guard(b"LX", [x, g], 2.0) == 5
+    assert _guard(b"M", [x, None]) == 1
+    assert _guard(b"T", x.to("meta")) == 0 and _guard(b"TT", x, x.to("meta")) == 0  # mixed devices
+    assert _guard(b"O", None) == 0  # no Tensor at all: nothing to pick a device from
+    with pytest.raises(TypeError, match="spec length"):
+        _guard(b"TT", x)
+
+
+@needs_native
+def test_native_guard_reads_thread_local_state() -> None:
+    x, g = torch.ones(2), torch.ones(2, requires_grad=True)
+    with torch.no_grad():
+        assert _guard(b"T", g) == 1
+    with torch.inference_mode():
+        assert _guard(b"T", g) == 1 and _guard(b"T", torch.ones(2)) == 1
+    with torch._C._AutoDispatchBelowAutograd():
+        assert _guard(b"T", g) == 1
+    with torch.device("meta"):
+        assert _guard(b"T", x) == 0  # a TorchFunctionMode
+    with torch.profiler.profile():
+        assert _guard(b"T", x) == 0
+    with torch.autograd.forward_ad.dual_level():
+        assert _guard(b"T", x) == 0
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        assert _guard(b"T", x) == 0
+    seen: list[int] = []
+    torch.vmap(lambda t: seen.append(_guard(b"T", t)) or t)(torch.ones(2, 2))
+    assert seen == [0]
