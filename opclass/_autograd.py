@@ -12,6 +12,7 @@ from torch import _C
 from . import _native
 from ._alias import check_aliasing, output_is_fresh
 from ._record import OpRecord
+from ._returns import converter, exact_check
 
 _AFTER_AUTOGRAD = _C._after_autograd_keyset
 _ADIV = _C.DispatchKey.ADInplaceOrView
@@ -46,6 +47,9 @@ def build_autograd_function(record: OpRecord) -> type[torch.autograd.Function]:
     setup_kw = user_setup is not None and "keyword_only_inputs" in inspect.signature(user_setup).parameters
     fresh_outputs = len(schema.returns) > 0 and not record.mutated
     is_fresh = output_is_fresh()
+    convert = converter(qualname, schema)
+    exact_text = exact_check(schema, "out")
+    is_exact: Callable[[Any], bool] = eval(f"lambda out: {exact_text or 'False'}", {"_T": torch.Tensor})  # noqa: S307
     # Aliasing errors name the hook whose kernel ran, as on the dispatcher path.
     where = {id(fn): f"{qualname} ({cls_name}.{'default' if d is None else d})" for d, fn in record.user_kernels.items()}
 
@@ -54,9 +58,13 @@ def build_autograd_function(record: OpRecord) -> type[torch.autograd.Function]:
         if type(call) is not _Call:
             # The eager fast path: ``call`` is the user's kernel, every argument is present.
             args = flat[:-1]
-            out = call(*args)
+            # The kernel sees what it sees on the dispatcher path: autograd below it.
+            with _C._AutoDispatchBelowAutograd():
+                out = call(*args)
             if fresh_outputs and not is_fresh(out):
                 check_aliasing(where.get(id(call), qualname), args, {}, out)
+            if not is_exact(out):
+                out = convert(out)
             if user_setup is not None:
                 if setup_kw:
                     user_setup(ctx, args, {}, out)
@@ -65,8 +73,11 @@ def build_autograd_function(record: OpRecord) -> type[torch.autograd.Function]:
             return out
         args = flat[: call.n_args]
         kwargs = dict(zip(call.kw_names, flat[call.n_args : -1]))
-        if call.kernel is not None:
-            out = call.kernel(*args, **kwargs)  # grad mode is off inside forward already
+        if call.kernel is not None:  # the fast path, for ops with keyword-only arguments
+            with _C._AutoDispatchBelowAutograd():
+                out = call.kernel(*args, **kwargs)  # the checked kernel: outputs already checked
+            if not is_exact(out):
+                out = convert(out)
         else:
             with _C._AutoDispatchBelowAutograd():
                 out = record.op.redispatch(call.keyset & _AFTER_AUTOGRAD, *args, **kwargs)  # type: ignore[union-attr]
@@ -165,6 +176,12 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
     specs = _guard_specs(record)
     by_code = {1: plain.get(_plain_raw("cpu")), 2: plain.get(_plain_raw("cuda"))}
 
+    convert = converter(record.qualname, record.schema)
+    exact_text = exact_check(record.schema, "out")
+    is_exact: Callable[[Any], bool] = eval(f"lambda out: {exact_text or 'False'}", {"_T": torch.Tensor})  # noqa: S307
+    # _any_requires_grad does not look into lists holding None; the guards do.
+    optional_lists = [i for i, a in enumerate(record.schema.arguments) if str(a.real_type) == "List[Optional[Tensor]]" and not a.kwarg_only]
+
     def autograd_kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
         if guard is not None and not kwargs:
             # One native call answers "plain dense tensors, one device, grad needed?".
@@ -172,12 +189,18 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
             kernel = by_code.get(code)
             if kernel is not None:
                 out = kernel(*args)
-                if bump_positions and not _C._dispatch_tls_is_dispatch_key_excluded(_ADIV):
-                    bump_mutated(bump, args, kwargs, bump_positions, bump_names)
+                if bump_positions:
+                    # Convert (or fail) before bumping, as when the dispatcher runs the kernel.
+                    if not is_exact(out):
+                        out = convert(out)
+                    if not _C._dispatch_tls_is_dispatch_key_excluded(_ADIV):
+                        bump_mutated(bump, args, kwargs, bump_positions, bump_names)
                 return out
             if code & 4 and not is_out:
                 return apply(*args, _Call(keyset, len(args), ()))
-        if _C.is_grad_enabled() and _C._any_requires_grad(*args, **kwargs):
+        if _C.is_grad_enabled() and (
+            _C._any_requires_grad(*args, **kwargs) or (optional_lists and _optional_list_requires_grad(args, optional_lists))
+        ):
             if is_out:
                 raise RuntimeError(
                     f"{opname}(): functions with out=... arguments don't support automatic "
@@ -189,11 +212,18 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
             with _C._AutoDispatchBelowAutograd():
                 return record.op.redispatch(keyset & _AFTER_AUTOGRAD, *args, **kwargs)  # type: ignore[union-attr]
         out = kernel(*args, **kwargs)
-        if (bump_positions or bump_names) and not _C._dispatch_tls_is_dispatch_key_excluded(_ADIV):
-            bump_mutated(bump, args, kwargs, bump_positions, bump_names)
+        if bump_positions or bump_names:
+            if not is_exact(out):
+                out = convert(out)
+            if not _C._dispatch_tls_is_dispatch_key_excluded(_ADIV):
+                bump_mutated(bump, args, kwargs, bump_positions, bump_names)
         return out
 
     return autograd_kernel
+
+
+def _optional_list_requires_grad(args: tuple[Any, ...], positions: list[int]) -> bool:
+    return any(t is not None and t.requires_grad for i in positions if i < len(args) for t in args[i])
 
 
 def _plain_raw(device: str) -> int:

@@ -28,6 +28,7 @@ from torch import _C
 from . import _native
 from ._autograd import _Call
 from ._record import OpRecord
+from ._returns import converter, exact_check
 from ._alias import check_aliasing
 
 _PLAIN = frozenset({torch.Tensor, torch.nn.Parameter})
@@ -82,7 +83,8 @@ def _bad_excluded() -> int:
     """Raw bits whose exclusion from dispatch leaves plain eager mode (all but autocast, autograd,
     ADInplaceOrView; backend bits, the low ones below Dense, do not count)."""
     keys = _C.DispatchKey
-    allowed = _C.DispatchKeySet(keys.ADInplaceOrView)
+    # Autocast keys are excluded by default (autocast off); not all of them are named in Python.
+    allowed = _C._dispatch_tls_local_exclude_set().add(keys.ADInplaceOrView)
     for name in dir(keys):
         if name.startswith(("Autocast", "Autograd")):
             allowed = allowed.add(getattr(keys, name))
@@ -213,6 +215,8 @@ def _closure(record: OpRecord, kernels: dict[str, Any]) -> dict[str, Any]:
         closure["_refs"] = sys.getrefcount
         closure["_T"] = torch.Tensor
         closure["_check_aliasing"] = check_aliasing
+    closure["_convert"] = converter(record.qualname, record.schema)
+    closure["_T"] = torch.Tensor
     return closure
 
 
@@ -342,19 +346,28 @@ class _Generator:
         return f"_apply({self.apply_args}, _Call(None, {len(self.positional)}, {tuple(self.keywords)!r}, _k_{device}))"
 
     def _kernel_call(self, device: str, ind: str) -> list[str]:
-        """Call the kernel, check outputs, bump versions of mutated arguments, return."""
+        """Call the kernel, check outputs, bump versions of mutated arguments, convert, return."""
         record = self.record
         lines = []
+        single = len(record.schema.returns) == 1 and str(record.schema.returns[0].real_type) == "Tensor"
+        exact = exact_check(record.schema, "_out")
         if _cheap_alias(record):
             lines.append(f"{ind}_out = _u_{device}({self.call_args})")
-            single = len(record.schema.returns) == 1 and str(record.schema.returns[0].real_type) == "Tensor"
-            suspicious = self.fresh if single else "True"
             args = ", ".join(self.positional) + ("," if len(self.positional) == 1 else "")
             kwargs = ", ".join(f"{k!r}: {k}" for k in self.keywords)
-            lines.append(f"{ind}if {suspicious}:")
-            lines.append(f"{ind}    _check_aliasing(_where_{device}, ({args}), {{{kwargs}}}, _out)")
+            check = f"_check_aliasing(_where_{device}, ({args}), {{{kwargs}}}, _out)"
+            if single:
+                # fresh implies the exact type, so the common case costs one test.
+                lines += [f"{ind}if {self.fresh}:", f"{ind}    {check}", f"{ind}    if type(_out) is not _T:", f"{ind}        _out = _convert(_out)"]
+            else:
+                lines.append(f"{ind}{check}")
         else:
             lines.append(f"{ind}_out = _k_{device}({self.call_args})")
+        if not single or not _cheap_alias(record):
+            # What the dispatcher would make of the result (a tuple, Python numbers) or its error;
+            # before the version bump, as on every dispatcher path.
+            lines.append(f"{ind}if not ({exact or 'False'}):")
+            lines.append(f"{ind}    _out = _convert(_out)")
         if record.mutated:
             mutated = [record.schema.arguments[i] for i in record.mutated]
             names = ", ".join(a.name for a in mutated) + ("," if len(mutated) == 1 else "")

@@ -16,7 +16,12 @@ here runs the same inputs (built twice, independently, from the same seed) throu
 The corpus of ops is built per test in the test's own namespace (the ``ns`` fixture); the matrix
 is op x scenario, where a scenario is a tensor variant (requires_grad, non-contiguous, conj, meta,
 sparse, subclass, ...) plus a context (no_grad, inference_mode, FakeTensorMode, modes, profiler,
-autocast, forward AD, vmap, torch.func.grad, ...).
+autocast, forward AD, vmap, torch.func.grad, ...); a second test runs every op's other call forms
+(argument conversions, argument errors, odd kernel results) in the plain contexts.
+
+opclass picks its guard (native C++ or pure Python) at import; this process tests the active one and
+``test_matrix_under_the_other_guard`` reruns this file in a child process under the other.
+``test_plain_eager_call_bypasses_the_dispatcher`` makes sure there are two code paths to compare.
 """
 
 from __future__ import annotations
@@ -306,8 +311,23 @@ def _op_list_in(ns: str) -> OpCase:
             "none_element": lambda I: (([I.T(3, 4), None], [1.0, 2.0]), {}),
             "float_element": lambda I: (([I.T(3, 4), 1.0], [1.0, 2.0]), {}),
             "generator": lambda I: (((t for t in [I.T(3, 4)]), [1.0]), {}),
+            "tensor_for_list": lambda I: ((I.T(2, 3), [1.0, 2.0]), {}),
+            "int_for_list": lambda I: ((5, [1.0]), {}),
+            "none_for_list": lambda I: ((None, [1.0]), {}),
+            "str_for_list": lambda I: (("ab", [1.0, 2.0]), {}),
+            "nested_list": lambda I: (([[I.T(3, 4)]], [1.0]), {}),
+            "list_subclass": lambda I: ((_ListSub([I.T(3, 4)]), _ListSub([1.0])), {}),
+            "parameter_in_list": lambda I: (([torch.nn.Parameter(I.T(3, 4)), I.T(3, 4)], [1.0, 2.0]), {}),
+            "weights_ndarray": lambda I: (([I.T(3, 4)], np.array([1.0])), {}),
+            "weights_tensor": lambda I: (([I.T(3, 4)], torch.tensor([1.0])), {}),
+            "weights_none": lambda I: (([I.T(3, 4)], None), {}),
+            "weights_with_bool": lambda I: (([I.T(3, 4), I.T(3, 4)], [1.0, True]), {}),
         },
     )
+
+
+class _ListSub(list):  # type: ignore[type-arg]
+    """A list subclass (the dispatcher accepts any sequence)."""
 
 
 def _op_mutate_list(ns: str) -> OpCase:
@@ -319,7 +339,12 @@ def _op_mutate_list(ns: str) -> OpCase:
 
     return OpCase(
         AddOneAll,
-        {"main": lambda I: (([I.T(3, 4), I.T(3, 4)],), {}), "tuple": lambda I: (((I.T(3, 4), I.T(3, 4)),), {})},
+        {
+            "main": lambda I: (([I.T(3, 4), I.T(3, 4)],), {}),
+            "tuple": lambda I: (((I.T(3, 4), I.T(3, 4)),), {}),
+            "same_tensor_twice": lambda I: (lambda x: (([x, x],), {}))(I.T(3, 4)),
+            "empty": lambda I: (([],), {}),
+        },
     )
 
 
@@ -829,6 +854,26 @@ def v_transposed_rg(t: Tensor, i: int, I: Inputs) -> Tensor:
     return t.mT.contiguous().mT.requires_grad_() if t.dim() >= 2 else t.requires_grad_()
 
 
+def v_storage_offset(t: Tensor, i: int, I: Inputs) -> Tensor:
+    return torch.stack([t * 0, t])[1]  # contiguous, storage_offset > 0
+
+
+def v_expanded(t: Tensor, i: int, I: Inputs) -> Tensor:
+    return t.reshape(-1)[:1].reshape((1,) * t.dim()).expand(t.shape) if t.dim() else t  # zero strides
+
+
+def v_int64(t: Tensor, i: int, I: Inputs) -> Tensor:
+    return (t * 10).long()
+
+
+def v_bfloat16(t: Tensor, i: int, I: Inputs) -> Tensor:
+    return t.bfloat16()
+
+
+def v_inference_first_only(t: Tensor, i: int, I: Inputs) -> Tensor:
+    return v_inference(t, i, I) if i == 0 else t
+
+
 def v_param(t: Tensor, i: int, I: Inputs) -> Tensor:
     return torch.nn.Parameter(t)
 
@@ -1115,6 +1160,10 @@ SCENARIOS: list[Scenario] = [
     Scenario("dispatch_mode_requires_grad", v_rg, RecordingDispatchMode, observe=_seen, must_see_op=True, needs_tensors=True),
     Scenario("function_mode", v_plain, RecordingFunctionMode, observe=_seen, must_see_op=True),
     Scenario("device_meta_context", v_plain, lambda: torch.device("meta")),
+    Scenario("python_dispatcher", v_rg, lambda: torch._dispatch.python.enable_python_dispatcher()),
+    Scenario("pre_dispatch", v_rg, lambda: torch._C._EnablePreDispatch()),
+    Scenario("disable_torch_function_subclass", v_subclass_rg, lambda: torch._C.DisableTorchFunctionSubclass(), needs_tensors=True),
+    Scenario("disable_torch_function", v_subclass, lambda: torch._C.DisableTorchFunction(), needs_tensors=True),
     Scenario("device_cpu_context_requires_grad", v_rg, lambda: torch.device("cpu")),
     Scenario("vmap", v_plain, wrap=wrap_vmap),
     Scenario("vmap_requires_grad", v_rg, wrap=wrap_vmap, needs_tensors=True),
@@ -1143,6 +1192,12 @@ SCENARIOS: list[Scenario] = [
     Scenario("noncontiguous_requires_grad", v_noncontig_rg, needs_tensors=True),
     Scenario("transposed_requires_grad", v_transposed_rg, needs_tensors=True),
     Scenario("non_leaf_requires_grad", v_view_of_rg, needs_tensors=True),
+    Scenario("storage_offset", v_storage_offset, needs_tensors=True),
+    Scenario("expanded_zero_strides", v_expanded, needs_tensors=True),
+    Scenario("int64_tensors", v_int64, needs_tensors=True),
+    Scenario("bfloat16_tensors", v_bfloat16, needs_tensors=True),
+    Scenario("inference_and_normal_tensors", v_inference_first_only, needs_tensors=True),
+    Scenario("inference_and_normal_tensors_in_inference_mode", v_inference_first_only, torch.inference_mode, needs_tensors=True),
     Scenario("parameter", v_param, needs_tensors=True),
     Scenario("parameter_no_grad", v_param_no_grad, needs_tensors=True),
     Scenario("mixed_devices_cpu_then_meta", v_mixed_devices, needs_tensors=True),
@@ -1457,8 +1512,12 @@ _FORMS: dict[str, list[str]] = {
     "mutate": ["same_tensor"],
     "inplace": ["default_factor", "int_factor"],
     "out": ["out_positional", "out_missing", "out_wrong_shape"],
-    "list_in": ["tuple", "int_weights", "mismatch", "empty", "none_element", "float_element", "generator"],
-    "mutate_list": ["tuple"],
+    "list_in": [
+        "tuple", "int_weights", "mismatch", "empty", "none_element", "float_element", "generator", "tensor_for_list",
+        "int_for_list", "none_for_list", "str_for_list", "nested_list", "list_subclass", "parameter_in_list",
+        "weights_ndarray", "weights_tensor", "weights_none", "weights_with_bool",
+    ],
+    "mutate_list": ["tuple", "same_tensor_twice", "empty"],
     "kwarg_tensor": ["default_alpha", "other_positional", "other_missing"],
     "optional": ["omitted", "keyword"],
     "factory": ["str_device", "meta_device", "meta_str_device", "device_index", "int_value", "device_keyword", "bad_device", "int_device"],
@@ -1486,18 +1545,12 @@ def test_call_forms_match_dispatcher(ns: str, op_name: str, form: str, scenario:
     assert_same(case.cls, case.forms[form], SCENARIOS_BY_NAME[scenario])
 
 
-def test_forms_table_is_complete() -> None:
+def test_forms_table_is_complete(ns: str) -> None:
     """Every call form the corpus defines is exercised (by the matrix or the forms test)."""
     in_matrix = set(MATRIX)
-    for op_name, factory in CORPUS.items():
-        case = factory(f"t_forms_table_{op_name}")
-        try:
-            for form in case.forms:
-                assert (op_name, form) in in_matrix or form in _FORMS.get(op_name, []), f"{op_name}/{form} is never run"
-        finally:
-            import opclass
-
-            opclass.remove(case.cls)
+    for op_name, case in make_corpus(ns).items():
+        for form in case.forms:
+            assert (op_name, form) in in_matrix or form in _FORMS.get(op_name, []), f"{op_name}/{form} is never run"
 
 
 # --------------------------------------------------------------------------- targeted checks
@@ -1758,6 +1811,29 @@ def test_redefined_op_old_class_matches_dispatcher(ns: str) -> None:
         assert torch.equal(cls(x), torch.full((2,), 3.0))
 
 
+@pytest.mark.parametrize("keyword_only", [False, True])
+def test_list_result_of_multi_return_kernel_under_grad(ns: str, keyword_only: bool) -> None:
+    """A ``-> tuple[Tensor, Tensor]`` kernel that returns a list, called with grad: outputs, their
+    autograd graph and the backward error agree (found by the hypothesis tests)."""
+    if keyword_only:
+
+        class Pair(CustomOp, name=f"{ns}::pair_kw"):
+            @staticmethod
+            def cpu(*, x: Tensor) -> tuple[Tensor, Tensor]:
+                return [x * 1, x * 2]  # type: ignore[return-value]
+
+        make: Make = lambda I: ((), {"x": I.T(3)})  # noqa: E731
+    else:
+
+        class Pair(CustomOp, name=f"{ns}::pair_pos"):  # type: ignore[no-redef]
+            @staticmethod
+            def cpu(x: Tensor) -> tuple[Tensor, Tensor]:
+                return [x * 1, x * 2]  # type: ignore[return-value]
+
+        make = lambda I: ((I.T(3),), {})  # noqa: E731
+    assert_same(Pair, make, SCENARIOS_BY_NAME["grad_requires_grad"])
+
+
 def test_kernel_returning_clone_under_grad(ns: str) -> None:
     """A kernel returning ``x.clone()`` on the grad path: the output's version counter (and every
     other property) is the same on both paths."""
@@ -1787,13 +1863,11 @@ def test_kernel_returning_clone_under_grad(ns: str) -> None:
 _OTHER_GUARD_ENV = "OPCLASS_FASTPATH_EQUIVALENCE_CHILD"
 
 
-@pytest.mark.skipif(bool(__import__("os").environ.get(_OTHER_GUARD_ENV)), reason="already the child run")
+@pytest.mark.skipif(bool(os.environ.get(_OTHER_GUARD_ENV)), reason="already the child run")
 def test_matrix_under_the_other_guard() -> None:
     """opclass has two guards (native C++ and pure Python; ``OPCLASS_GUARD`` picks one at import).
     This process tests the active one; a child process runs this file under the other."""
-    import os
     import subprocess
-    import sys
 
     import opclass
 

@@ -68,6 +68,8 @@ class Signature:
     params: tuple[Param, ...]  # in signature order: positional, then keyword-only
     mutated: Optional[str]  # the Tensor the kernel mutates (the op then returns None)
     with_backward: bool
+    returns: str = "tensor"  # functional ops: "tensor", "pair" (tuple[Tensor, Tensor]) or "list" (list[Tensor])
+    container: str = "tuple"  # what a "pair" kernel builds its result with: "tuple" or "list"
 
     @property
     def tensors(self) -> list[Param]:
@@ -97,12 +99,19 @@ class Signature:
             body += [f"    out = out * {f}" for f in floats]
             body += [f"    out = out + {i}" for i in ints]
             body += [f"    if {b}:\n        out = -out" for b in bools]
-            body += ["    return out"]
-            ret = "Tensor"
+            if self.returns == "tensor":
+                body += ["    return out"]
+                ret = "Tensor"
+            elif self.returns == "pair":
+                body += ["    return (out, out * 2)" if self.container == "tuple" else "    return [out, out * 2]"]
+                ret = "tuple[Tensor, Tensor]"
+            else:
+                body += ["    return [out, -out]"]
+                ret = "list[Tensor]"
         return f"def kernel({', '.join(parts)}) -> {ret}:\n" + "\n".join(body) + "\n"
 
     def describe(self) -> str:
-        return self.kernel_source().splitlines()[0] + f"  mutated={self.mutated} backward={self.with_backward}"
+        return self.kernel_source() + f"mutated={self.mutated} backward={self.with_backward}"
 
 
 @st.composite
@@ -124,8 +133,10 @@ def signatures(draw: st.DrawFn) -> Signature:
     positional = [p for p in positional if not p.has_default] + [p for p in positional if p.has_default]
     keyword_only = [p for p in params if p.kwarg_only]
     mutated = draw(st.one_of(st.none(), st.sampled_from([p.name for p in params if p.kind == "Tensor"])))
-    with_backward = mutated is None and draw(st.booleans() | st.just(True))
-    return Signature(tuple(positional + keyword_only), mutated, with_backward)
+    returns = "tensor" if mutated is not None else draw(st.sampled_from(["tensor", "pair", "list"]))
+    container = draw(st.sampled_from(["tuple", "list"])) if returns == "pair" else "tuple"
+    with_backward = mutated is None and returns != "list" and draw(st.booleans() | st.just(True))
+    return Signature(tuple(positional + keyword_only), mutated, with_backward, returns, container)
 
 
 def define(sig: Signature, namespace: str) -> Any:
@@ -164,8 +175,16 @@ def define(sig: Signature, namespace: str) -> Any:
             def setup_context(ctx, inputs, output):
                 save(ctx, inputs, {})
 
-        def backward(ctx, grad):
-            return tuple((grad * ctx.factor).to(ctx.dtypes[n]) if n in tensors else None for n in positional + keyword_only)
+        if sig.returns == "pair":
+
+            def backward(ctx, grad, grad2):
+                total = grad + grad2 * 2
+                return tuple((total * ctx.factor).to(ctx.dtypes[n]) if n in tensors else None for n in positional + keyword_only)
+
+        else:
+
+            def backward(ctx, grad):
+                return tuple((grad * ctx.factor).to(ctx.dtypes[n]) if n in tensors else None for n in positional + keyword_only)
 
         body["setup_context"] = staticmethod(setup_context)
         body["backward"] = staticmethod(backward)
@@ -285,7 +304,7 @@ def _opcheck(cls: Any, call: Call, sig: Signature) -> None:
     assert result == {u: "SUCCESS" for u in OPCHECK_UTILS}, result
 
 
-@settings(max_examples=150, database=None, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=250, database=None, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(sig=signatures(), data=st.data())
 def test_generated_ops_fast_path_matches_dispatcher(ns: str, sig: Signature, data: st.DataObject) -> None:
     namespace = f"{ns}_{next(_COUNTER)}"

@@ -1,0 +1,99 @@
+"""What a kernel returns, made into what the dispatcher would return.
+
+On the dispatcher path torch converts a Python kernel's result to the schema's return types (a
+list becomes a tuple, NumPy scalars become Python numbers, a 0-dim Tensor becomes a number) or
+raises. The fast path calls kernels itself, so it must do the same. Results that already have the
+exact form pass a cheap check; anything else goes through a private companion op whose only kernel
+returns the result, so torch's own conversion (and its errors) applies.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any, Callable
+
+import torch
+from torch import _C
+
+_LIB: torch.library.Library | None = None
+_COMPANIONS: dict[str, Any] = {}
+_PENDING = threading.local()
+_LOCK = threading.Lock()
+_COUNTER = itertools.count()
+_NS = "opclass_returns"
+
+
+def _companion(returns: str) -> Any:
+    """The op ``() -> returns`` whose CPU kernel hands back the pending result."""
+    global _LIB
+    with _LOCK:
+        op = _COMPANIONS.get(returns)
+        if op is None:
+            if _LIB is None:
+                _LIB = torch.library.Library(_NS, "FRAGMENT")
+            name = f"r{next(_COUNTER)}"
+            _LIB.define(f"{name}() -> {returns}")
+            _LIB.impl(name, lambda: _PENDING.value, "CPU")
+            op = getattr(getattr(torch.ops, _NS), name).default
+            _COMPANIONS[returns] = op
+    return op
+
+
+def _return_text(schema: torch._C.FunctionSchema) -> str:
+    text = str(schema)
+    text = text[text.index(") -> ") + len(") -> ") :]
+    # Alias annotations belong to the op, not to a companion without arguments.
+    for alias in {r.alias_info for r in schema.returns if r.alias_info is not None}:
+        for name in alias.before_set:
+            text = text.replace(f"({name}!)", "").replace(f"({name})", "")
+    return text
+
+
+_EXACT = {
+    "Tensor": "type({v}) is _T",
+    "Optional[Tensor]": "({v} is None or type({v}) is _T)",
+    "int": "(type({v}) is int and -9223372036854775808 <= {v} <= 9223372036854775807)",
+    "float": "type({v}) is float",
+    "bool": "type({v}) is bool",
+    "List[Tensor]": "(type({v}) is list and all(type(_e) is _T for _e in {v}))",
+}
+
+
+def exact_check(schema: torch._C.FunctionSchema, var: str) -> str | None:
+    """A Python expression true when ``var`` already is what the dispatcher would return;
+    ``None`` when no cheap expression exists (then every result is converted)."""
+    kinds = [str(r.real_type) for r in schema.returns]
+    if not kinds:
+        return f"{var} is None"
+    if any(k not in _EXACT for k in kinds):
+        return None
+    if len(kinds) == 1:
+        return _EXACT[kinds[0]].format(v=var)
+    parts = [f"type({var}) is tuple", f"len({var}) == {len(kinds)}"]
+    parts += [_EXACT[k].format(v=f"{var}[{i}]") for i, k in enumerate(kinds)]
+    return " and ".join(parts)
+
+
+def converter(qualname: str, schema: torch._C.FunctionSchema) -> Callable[[Any], Any]:
+    """``convert(result)``: the dispatcher's conversion of a kernel result for this schema."""
+    if not schema.returns:
+
+        def convert_none(result: Any) -> Any:
+            if result is not None:
+                raise RuntimeError(f"Expected PythonKernelHolder for {qualname} to return None but it returned something else instead.")
+            return None
+
+        return convert_none
+    returns = _return_text(schema)
+    key = _C.DispatchKeySet(_C.DispatchKey.CPU)
+
+    def convert(result: Any) -> Any:
+        op = _companion(returns)
+        _PENDING.value = result
+        try:
+            return op.redispatch(key)
+        finally:
+            _PENDING.value = None
+
+    return convert
