@@ -30,8 +30,10 @@ class _Call:
         self.kernel = kernel  # the backend kernel the fast path already chose
 
 
-def build_autograd_function(record: OpRecord) -> type[torch.autograd.Function]:
-    """A Function whose forward runs the op below Autograd and whose backward is the user's."""
+def build_autograd_functions(record: OpRecord) -> tuple[type[torch.autograd.Function], dict[str, type[torch.autograd.Function]]]:
+    """The op's autograd.Functions: one for the dispatcher's Autograd kernel (its forward
+    redispatches below autograd) and, for ops without keyword-only arguments, one per device
+    for the eager fast path (its forward calls that device's kernel, nothing else)."""
     schema = record.schema
     positional = [a for a in schema.arguments if not a.kwarg_only]
     kw_only = [a for a in schema.arguments if a.kwarg_only]
@@ -47,35 +49,35 @@ def build_autograd_function(record: OpRecord) -> type[torch.autograd.Function]:
     setup_kw = user_setup is not None and "keyword_only_inputs" in inspect.signature(user_setup).parameters
     fresh_outputs = len(schema.returns) > 0 and not record.mutated
     is_fresh = output_is_fresh()
+    below = call_below_autograd()
     convert = converter(qualname, schema)
     exact_text = exact_check(schema, "out")
     is_exact: Callable[[Any], bool] = eval(f"lambda out: {exact_text or 'False'}", {"_T": torch.Tensor})  # noqa: S307
-    # Aliasing errors name the hook whose kernel ran, as on the dispatcher path.
-    where = {id(fn): f"{qualname} ({cls_name}.{'default' if d is None else d})" for d, fn in record.user_kernels.items()}
+    single_tensor = exact_text == "type(out) is _T"
+
+    def user_backward(ctx: Any, grads: tuple[Any, ...]) -> tuple[Any, ...]:
+        if record.backward is None:
+            raise RuntimeError(
+                f"Trying to backward through {qualname} but no autograd formula was registered: "
+                f"define setup_context and backward on {cls_name}"
+            )
+        result = record.backward(ctx, *grads)
+        if not isinstance(result, tuple):
+            result = (result,)
+        assert isinstance(result, tuple)
+        if not n_pos <= len(result) <= n_pos + len(kw_only):
+            raise RuntimeError(
+                f"{cls_name}.backward returned {len(result)} gradients; expected one per positional input "
+                f"({n_pos})" + (f", optionally followed by keyword-only ones in order (up to {len(kw_only)})" if kw_only else "")
+            )
+        return result
 
     def forward(ctx: Any, *flat: Any) -> Any:
-        call = flat[-1]
-        if type(call) is not _Call:
-            # The eager fast path: ``call`` is the user's kernel, every argument is present.
-            args = flat[:-1]
-            # The kernel sees what it sees on the dispatcher path: autograd below it.
-            with _C._AutoDispatchBelowAutograd():
-                out = call(*args)
-            if fresh_outputs and not is_fresh(out):
-                check_aliasing(where.get(id(call), qualname), args, {}, out)
-            if not is_exact(out):
-                out = convert(out)
-            if user_setup is not None:
-                if setup_kw:
-                    user_setup(ctx, args, {}, out)
-                else:
-                    user_setup(ctx, args, out)
-            return out
+        call: _Call = flat[-1]
         args = flat[: call.n_args]
         kwargs = dict(zip(call.kw_names, flat[call.n_args : -1]))
         if call.kernel is not None:  # the fast path, for ops with keyword-only arguments
-            with _C._AutoDispatchBelowAutograd():
-                out = call.kernel(*args, **kwargs)  # the checked kernel: outputs already checked
+            out = below(call.kernel, *args, **kwargs)  # the checked kernel: outputs already checked
             if not is_exact(out):
                 out = convert(out)
         else:
@@ -89,42 +91,79 @@ def build_autograd_function(record: OpRecord) -> type[torch.autograd.Function]:
         return out
 
     def backward(ctx: Any, *grads: Any) -> Any:
-        if record.backward is None:
-            raise RuntimeError(
-                f"Trying to backward through {qualname} but no autograd formula was registered: "
-                f"define setup_context and backward on {cls_name}"
-            )
-        call: _Call | None = getattr(ctx, "_opclass_call", None)
+        call: _Call = ctx._opclass_call
         saved = ctx.needs_input_grad
         try:
-            ctx.needs_input_grad = saved[:-1] if call is None else _needs_input_grad(saved[:-1], call, kw_index, n_pos)
-            result = record.backward(ctx, *grads)
+            ctx.needs_input_grad = _needs_input_grad(saved[:-1], call, kw_index, n_pos)
+            result = user_backward(ctx, grads)
         finally:
             ctx.needs_input_grad = saved
-        if not isinstance(result, tuple):
-            result = (result,)
-        if not n_pos <= len(result) <= n_pos + len(kw_only):
-            raise RuntimeError(
-                f"{cls_name}.backward returned {len(result)} gradients; expected one per positional input "
-                f"({n_pos})" + (f", optionally followed by keyword-only ones in order (up to {len(kw_only)})" if kw_only else "")
-            )
-        if call is None:
-            return (*result, *([None] * (n_pos + len(kw_only) - len(result))), None)
         grads_in = list(result[: call.n_args])
         for name in call.kw_names:
             i = kw_index[name]
             grads_in.append(result[i] if i < len(result) else None)
         return (*grads_in, None)
 
-    name = f"{cls_name}Function"
+    def fast_function(device: str | None, kernel: Callable[..., Any]) -> type[torch.autograd.Function]:
+        # Aliasing errors name the hook whose kernel ran, as on the dispatcher path.
+        where = f"{qualname} ({cls_name}.{'default' if device is None else device})"
+
+        def fast_forward(ctx: Any, *args: Any) -> Any:
+            # The kernel sees what it sees on the dispatcher path: autograd below it.
+            out = below(kernel, *args)
+            if not is_fresh(out) or not single_tensor:
+                if fresh_outputs and not is_fresh(out):
+                    check_aliasing(where, args, {}, out)
+                if not is_exact(out):
+                    out = convert(out)
+            if user_setup is not None:
+                if setup_kw:
+                    user_setup(ctx, args, {}, out)
+                else:
+                    user_setup(ctx, args, out)
+            return out
+
+        def fast_backward(ctx: Any, *grads: Any) -> Any:
+            return user_backward(ctx, grads)
+
+        # Same class name as the dispatcher's Function: grad_fn reads the same on both paths.
+        return _function_class(f"{cls_name}Function", fast_forward, fast_backward, schema, f"{cls_name}Function[{device or 'default'}]")
+
+    generic = _function_class(f"{cls_name}Function", forward, backward, schema)
+    fast: dict[str, type[torch.autograd.Function]] = {}
+    if not kw_only:
+        for device in ("cpu", "cuda"):
+            hook = device if device in record.user_kernels else None if None in record.user_kernels else "-"
+            if hook != "-":
+                fast[device] = fast_function(hook, record.user_kernels[hook])
+    return generic, fast
+
+
+def _function_class(
+    name: str, forward: Callable[..., Any], backward: Callable[..., Any], schema: Any, qualname: str | None = None
+) -> type[torch.autograd.Function]:
     fn_cls = type(name, (torch.autograd.Function,), {"forward": staticmethod(forward), "backward": staticmethod(backward)})
     fn_cls.__module__ = __name__
-    fn_cls.__qualname__ = name
+    fn_cls.__qualname__ = qualname or name
     if any(_is_list(a.type) for a in (*schema.arguments, *schema.returns)):
         from torch._library.autograd import supports_tensorlist
 
         fn_cls = supports_tensorlist(fn_cls)
     return fn_cls
+
+
+def call_below_autograd() -> Callable[..., Any]:
+    """``below(fn, *args, **kwargs)``: call ``fn`` with autograd dispatch keys excluded, as a
+    kernel runs inside the dispatcher's Autograd kernel (native: no context-manager object)."""
+    native = _native.native_module()
+    if native is not None:
+        return native.call_below_autograd  # type: ignore[no-any-return]
+
+    def below(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        with _C._AutoDispatchBelowAutograd():
+            return fn(*args, **kwargs)
+
+    return below
 
 
 def _is_list(t: Any) -> bool:

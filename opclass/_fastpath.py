@@ -199,7 +199,7 @@ def _closure(record: OpRecord, kernels: dict[str, Any]) -> dict[str, Any]:
         "_grad": _C.is_grad_enabled,
         "_autocast": _C._is_any_autocast_enabled,
         "_Call": _Call,
-        "_apply": _c_apply(record),
+        "_apply": _c_apply(record.autograd_function),
         "_bump": _C._increment_version,
         "_list_ok": _tensor_list_ok,
         "_list_rg": _tensor_list_rg,
@@ -207,6 +207,8 @@ def _closure(record: OpRecord, kernels: dict[str, Any]) -> dict[str, Any]:
     }
     for d, k in kernels.items():
         closure[f"_k_{d}"] = k
+    for d, fn_cls in record.fast_functions.items():
+        closure[f"_apply_{d}"] = _c_apply(fn_cls)
     if _cheap_alias(record):
         for d in kernels:
             closure[f"_u_{d}"] = record.user_kernels.get(d) or record.user_kernels[None]
@@ -339,10 +341,8 @@ class _Generator:
         if self.record.mutated or self.record.is_out:
             # Autograd through a mutation, or out= under grad: the dispatcher decides.
             return f"_op({self.call_args})"
-        if not self.keywords:
-            # The Function's forward takes the user's kernel itself as its last input.
-            kernel = f"_u_{device}" if _cheap_alias(self.record) else f"_k_{device}"
-            return f"_apply({self.apply_args}, {kernel})"
+        if device in self.record.fast_functions:
+            return f"_apply_{device}({self.apply_args})"
         return f"_apply({self.apply_args}, _Call(None, {len(self.positional)}, {tuple(self.keywords)!r}, _k_{device}))"
 
     def _kernel_call(self, device: str, ind: str) -> list[str]:
@@ -381,10 +381,9 @@ class _Generator:
         return lines
 
 
-def _c_apply(record: OpRecord) -> Callable[..., Any]:
+def _c_apply(fn_cls: type[torch.autograd.Function] | None) -> Callable[..., Any]:
     """The Function's C-level ``apply`` (skips Python ``Function.apply``'s functorch handling,
     which the guards already ruled out); the Python one for Tensor-list ops, which needs it."""
-    fn_cls = record.autograd_function
     assert fn_cls is not None
     if "apply" in vars(fn_cls) and not isinstance(vars(fn_cls)["apply"], classmethod):
         return fn_cls.apply  # supports_tensorlist's wrapper

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import ModuleType
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 _SOURCE = Path(__file__).with_name("csrc") / "guard.cpp"
 _NAME = "opclass_guard"
@@ -50,6 +51,7 @@ def _import(path: Path) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
     module.set_parameter_type(torch.nn.Parameter)
+    module.set_forward_ad(_forward_ad)
     return module
 
 

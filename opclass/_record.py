@@ -53,6 +53,8 @@ class OpRecord:
     backward: Callable[..., Any] | None = None
     #: The autograd.Function subclass the Autograd kernel applies when grad is needed.
     autograd_function: type[torch.autograd.Function] | None = None
+    #: Per device type, the Function the eager fast path applies (its forward calls that kernel).
+    fast_functions: dict[str, type[torch.autograd.Function]] = dataclasses.field(default_factory=dict)
     #: Positions (in schema order) and names of the arguments the op writes to.
     mutated: tuple[int, ...] = ()
     mutated_names: tuple[str, ...] = ()

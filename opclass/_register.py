@@ -14,7 +14,7 @@ from torch import _C
 from torch.fx.node import _side_effectful_functions
 
 from ._alias import check_aliasing, output_is_fresh
-from ._autograd import build_autograd_function, bump_mutated, make_autograd_kernel
+from ._autograd import build_autograd_functions, bump_mutated, make_autograd_kernel
 from ._record import OpRecord
 
 _AFTER_AD_INPLACE = _C._after_ADInplaceOrView_keyset
@@ -38,7 +38,7 @@ def register_core(record: OpRecord) -> None:
     lib = record.lib
     assert lib is not None
     name = record.overload_name()
-    record.autograd_function = build_autograd_function(record)
+    record.autograd_function, record.fast_functions = build_autograd_functions(record)
     lib.impl(name, make_autograd_kernel(record), "Autograd", with_keyset=True)
     if record.mutated:
         with warnings.catch_warnings():

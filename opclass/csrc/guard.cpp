@@ -24,10 +24,10 @@
 #include <Python.h>
 
 #include <ATen/PythonTorchFunctionTLS.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/record_function.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
-#include <torch/csrc/autograd/forward_grad.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 namespace {
@@ -38,6 +38,23 @@ using c10::DispatchKeySet;
 PyTypeObject* parameter_type = nullptr;
 PyObject* fallback = nullptr;  // OpMeta's Python __call__
 PyObject* call_name = nullptr;  // "_opclass_call"
+PyObject* forward_ad = nullptr;  // torch.autograd.forward_ad, whose _current_level >= 0 inside dual_level
+PyObject* level_name = nullptr;  // "_current_level"
+
+// A forward-AD level is entered (reading the module global: no lock, unlike ForwardADLevel).
+inline bool forward_ad_active() {
+  if (forward_ad == nullptr) {
+    return false;
+  }
+  PyObject* level = PyObject_GetAttr(forward_ad, level_name);
+  if (level == nullptr) {
+    PyErr_Clear();
+    return true;  // unknown: be safe
+  }
+  long value = PyLong_AsLong(level);
+  Py_DECREF(level);
+  return value >= 0;
+}
 
 DispatchKeySet plain_set(DispatchKey backend, DispatchKey autograd, DispatchKey autocast) {
   return DispatchKeySet({backend, DispatchKey::ADInplaceOrView, autograd, autocast});
@@ -116,7 +133,7 @@ PyObject* guard(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
   auto local = c10::impl::tls_local_dispatch_key_set();
   if (!(local.included_ - kAllowedIncluded).empty() || !excluded_ok(local.excluded_) ||
       at::impl::torch_function_mode_enabled() ||
-      at::hasCallbacks() || torch::autograd::ForwardADLevel::try_get_by_idx(0)) {
+      at::hasCallbacks() || forward_ad_active()) {
     return PyLong_FromLong(0);
   }
   int device = -1;
@@ -174,6 +191,23 @@ PyObject* fresh(PyObject* /*self*/, PyObject* obj) {
     Py_RETURN_TRUE;
   }
   Py_RETURN_FALSE;
+}
+
+// call_below_autograd(fn, *args, **kwargs): fn(*args, **kwargs) with autograd keys excluded.
+PyObject* call_below_autograd(PyObject* /*self*/, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  if (nargs < 1) {
+    PyErr_SetString(PyExc_TypeError, "call_below_autograd(fn, *args)");
+    return nullptr;
+  }
+  at::AutoDispatchBelowAutograd guard;
+  return PyObject_Vectorcall(args[0], args + 1, nargs - 1, kwnames);
+}
+
+PyObject* set_forward_ad(PyObject* /*self*/, PyObject* arg) {
+  Py_INCREF(arg);
+  Py_XSETREF(forward_ad, arg);
+  Py_RETURN_NONE;
 }
 
 PyObject* set_fallback(PyObject* /*self*/, PyObject* arg) {
@@ -241,7 +275,10 @@ PyMethodDef methods[] = {
     {"autocast_enabled", autocast_enabled, METH_O, "autocast on for device"},
     {"set_parameter_type", set_parameter_type, METH_O, "register nn.Parameter"},
     {"set_fallback", set_fallback, METH_O, "register OpMeta's Python __call__"},
+    {"set_forward_ad", set_forward_ad, METH_O, "register torch.autograd.forward_ad"},
     {"fresh", fresh, METH_O, "output cannot alias an input"},
+    {"call_below_autograd", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(call_below_autograd)),
+     METH_FASTCALL | METH_KEYWORDS, "call with autograd keys excluded"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "opclass_guard", nullptr, -1, methods};
@@ -250,6 +287,7 @@ PyModuleDef module = {PyModuleDef_HEAD_INIT, "opclass_guard", nullptr, -1, metho
 
 PyMODINIT_FUNC PyInit_opclass_guard(void) {
   call_name = PyUnicode_InternFromString("_opclass_call");
+  level_name = PyUnicode_InternFromString("_current_level");
   PyObject* m = PyModule_Create(&module);
   if (m == nullptr) {
     return nullptr;
