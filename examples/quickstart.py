@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+import opclass
 from opclass import CustomOp
 
 
@@ -70,7 +71,15 @@ def main() -> int:
         results = torch.library.opcheck(NumpySin.op, (x.clone().requires_grad_(),))
         return ", ".join(k.removeprefix("test_") for k, v in results.items() if v == "SUCCESS")
 
-    rows = [_check(n, f) for n, f in (("eager", eager), ("grad", grad), ("torch.compile", compiled), ("opcheck", opcheck))]
+    def speed() -> str:
+        from opclass.benchmark import run, targets
+
+        rows = run(min_run_time=0.05, counts=(14,))
+        ratio = next(t["ratio"] for t in targets(rows) if t["target"] == "14 args: no-grad / direct")
+        return f"14-arg call costs {ratio:.2f}x a direct call ({opclass.guard_backend()} guard)"
+
+    checks = (("eager", eager), ("grad", grad), ("torch.compile", compiled), ("opcheck", opcheck), ("speed", speed))
+    rows = [_check(n, f) for n, f in checks]
     width = max(len(r[0]) for r in rows)
     print(f"{'check':<{width}}  status  detail")
     for name, status, detail in rows:
