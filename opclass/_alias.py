@@ -13,9 +13,18 @@ from . import _native
 _refs = sys.getrefcount
 
 
+_storage_uses = torch._C._storage_Use_Count
+
+
 def _python_fresh(out: Any) -> bool:
-    # References: the caller's variable, this parameter, getrefcount's argument.
-    return type(out) is torch.Tensor and _refs(out) <= 3 and out._base is None
+    # References: the caller's variable, this parameter, getrefcount's argument. Storage uses:
+    # the Tensor and the temporary storage object made here.
+    return (
+        type(out) is torch.Tensor
+        and _refs(out) <= 3
+        and out._base is None
+        and _storage_uses(out.untyped_storage()._cdata) <= 2
+    )
 
 
 def output_is_fresh() -> Callable[[Any], bool]:
@@ -33,3 +42,16 @@ def check_aliasing(where: str, args: Any, kwargs: Any, result: Any) -> None:
             "custom operator and (2) may not alias any inputs to this custom operator or other "
             "returns. Return a clone of the offending output (e.g. x.clone()) instead."
         )
+
+
+def check_arity(where: str, n_returns: int, result: Any) -> None:
+    """Raise if a multi-output kernel returned a sequence of the wrong length (torch 2.13's
+    dispatcher crashes the process on that instead of raising)."""
+    if n_returns > 1 and type(result) in (tuple, list) and len(result) != n_returns:
+        raise RuntimeError(f"{where}: the kernel returned {len(result)} values, but the op's schema declares {n_returns} outputs")
+
+
+def check_outputs(where: str, n_returns: int, args: Any, kwargs: Any, result: Any) -> None:
+    """The full output checks for ops that promise fresh outputs: arity, then aliasing."""
+    check_arity(where, n_returns, result)
+    check_aliasing(where, args, kwargs, result)

@@ -10,7 +10,7 @@ import torch
 from torch import _C
 
 from . import _native
-from ._alias import check_aliasing, output_is_fresh
+from ._alias import check_outputs, output_is_fresh
 from ._record import OpRecord
 from ._returns import converter, exact_check
 
@@ -113,7 +113,7 @@ def build_autograd_functions(record: OpRecord) -> tuple[type[torch.autograd.Func
             out = below(kernel, *args)
             if not is_fresh(out) or not single_tensor:
                 if fresh_outputs and not is_fresh(out):
-                    check_aliasing(where, args, {}, out)
+                    check_outputs(where, len(schema.returns), args, {}, out)
                 if not is_exact(out):
                     out = convert(out)
             if user_setup is not None:
@@ -217,6 +217,7 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
     # Functional ops: the user's kernel and an inline output check (one frame less).
     fresh_outputs = len(record.schema.returns) > 0 and not record.mutated and not record.is_inplace and not record.is_out
     is_fresh = output_is_fresh()
+    n_returns = len(record.schema.returns)
     user_by_code: dict[int, tuple[Callable[..., Any], str]] = {}
     if fresh_outputs:
         for code, device in ((1, "cpu"), (2, "cuda")):
@@ -238,7 +239,7 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
             if user is not None:
                 out = user[0](*args)
                 if not is_fresh(out):
-                    check_aliasing(user[1], args, kwargs, out)
+                    check_outputs(user[1], n_returns, args, kwargs, out)
                 return out
             kernel = by_code.get(code)
             if kernel is not None:

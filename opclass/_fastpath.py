@@ -18,7 +18,6 @@ Guards, in order of cost:
 from __future__ import annotations
 
 import dataclasses
-import sys
 from typing import Any, Callable
 
 import torch
@@ -29,7 +28,7 @@ from . import _native
 from ._autograd import _Call
 from ._record import OpRecord
 from ._returns import converter, exact_check
-from ._alias import check_aliasing
+from ._alias import check_outputs, output_is_fresh
 
 _PLAIN = frozenset({torch.Tensor, torch.nn.Parameter})
 _FAST_DEVICES = ("cpu", "cuda")
@@ -214,9 +213,9 @@ def _closure(record: OpRecord, kernels: dict[str, Any]) -> dict[str, Any]:
             closure[f"_u_{d}"] = record.user_kernels.get(d) or record.user_kernels[None]
             hook = d if d in record.user_kernels else "default"
             closure[f"_where_{d}"] = f"{record.qualname} ({record.cls_name}.{hook})"
-        closure["_refs"] = sys.getrefcount
+        closure["_fresh"] = output_is_fresh()
         closure["_T"] = torch.Tensor
-        closure["_check_aliasing"] = check_aliasing
+        closure["_check_outputs"] = check_outputs
     closure["_convert"] = converter(record.qualname, record.schema)
     closure["_T"] = torch.Tensor
     return closure
@@ -238,9 +237,9 @@ class _Generator:
         self.positional = [p.name for p in params if not p.kwarg_only]
         self.keywords = [p.name for p in params if p.kwarg_only]
         self.call_args = ", ".join(self.positional + [f"{k}={k}" for k in self.keywords])
-        # A fresh plain output is referenced only by _out and getrefcount's argument and is no
-        # view; anything else (an input returned, a view, a tuple) gets the full check.
-        self.fresh = "type(_out) is not _T or _refs(_out) > 2 or _out._base is not None"
+        # Outputs that are not fresh (an input returned, a view, a shared storage, a tuple) get
+        # the full aliasing check.
+        self.fresh = "not _fresh(_out)"
         self.apply_args = ", ".join(self.positional + self.keywords)
 
     def signature(self) -> str:
@@ -270,8 +269,6 @@ class _Generator:
         spec = "".join("O" if p.optional else "T" for p in tensors) + "".join("M" if "Optional" in p.jit else "L" for p in lists)
         self.closure["_guard"] = native.guard
         self.closure["_spec"] = spec.encode()
-        self.closure["_fresh"] = native.fresh
-        self.fresh = "not _fresh(_out)"
         conditions = ["_g"] + value_guards
         if "autocast" in self.record.hooks:
             conditions.append("not _autocast()")
@@ -355,7 +352,7 @@ class _Generator:
             lines.append(f"{ind}_out = _u_{device}({self.call_args})")
             args = ", ".join(self.positional) + ("," if len(self.positional) == 1 else "")
             kwargs = ", ".join(f"{k!r}: {k}" for k in self.keywords)
-            check = f"_check_aliasing(_where_{device}, ({args}), {{{kwargs}}}, _out)"
+            check = f"_check_outputs(_where_{device}, {len(record.schema.returns)}, ({args}), {{{kwargs}}}, _out)"
             if single:
                 # fresh implies the exact type, so the common case costs one test.
                 lines += [f"{ind}if {self.fresh}:", f"{ind}    {check}", f"{ind}    if type(_out) is not _T:", f"{ind}        _out = _convert(_out)"]

@@ -13,7 +13,7 @@ import torch
 from torch import _C
 from torch.fx.node import _side_effectful_functions
 
-from ._alias import check_aliasing, output_is_fresh
+from ._alias import check_outputs, output_is_fresh
 from ._autograd import build_autograd_functions, bump_mutated, make_autograd_kernel
 from ._record import OpRecord
 
@@ -109,11 +109,12 @@ def checked_kernel(record: OpRecord, hook: str, fn: Callable[..., Any]) -> Calla
     if not record.schema.returns:
         return fn
     fresh = output_is_fresh()
+    n_returns = len(record.schema.returns)
 
     def functional_kernel(*args: Any, **kwargs: Any) -> Any:
         result = fn(*args, **kwargs)
         if not fresh(result):
-            check_aliasing(where, args, kwargs, result)
+            check_outputs(where, n_returns, args, kwargs, result)
         return result
 
     return functional_kernel

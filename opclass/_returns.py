@@ -16,6 +16,8 @@ from typing import Any, Callable
 import torch
 from torch import _C
 
+from ._alias import check_arity
+
 _LIB: torch.library.Library | None = None
 _COMPANIONS: dict[str, Any] = {}
 _PENDING = threading.local()
@@ -87,8 +89,10 @@ def converter(qualname: str, schema: torch._C.FunctionSchema) -> Callable[[Any],
         return convert_none
     returns = _return_text(schema)
     key = _C.DispatchKeySet(_C.DispatchKey.CPU)
+    n_returns = len(schema.returns)
 
     def convert(result: Any) -> Any:
+        check_arity(qualname, n_returns, result)
         op = _companion(returns)
         _PENDING.value = result
         try:

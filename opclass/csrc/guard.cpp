@@ -14,8 +14,9 @@
 // modes, no tracing), no TorchFunctionMode, no RecordFunction callbacks (profiler), and, when
 // the op has an autocast rule, autocast off for the device; and no forward-AD level entered.
 //
-// fresh(out) -> bool: out is a plain Tensor that nothing but the caller references and that is
-// no view, so it cannot alias an input (the cheap pre-check before the full aliasing check).
+// fresh(out) -> bool: out is a plain Tensor that nothing but the caller references, no view,
+// with a storage nothing else holds, so it cannot alias an input (the cheap pre-check before
+// the full aliasing check).
 //
 // MetaBase: a metaclass whose tp_call calls ``cls._opclass_call(*args, **kwargs)`` directly.
 // When that raises a TypeError before any of its code ran (argument binding failed), or the
@@ -185,12 +186,16 @@ PyObject* autocast_enabled(PyObject* /*self*/, PyObject* arg) {
 }
 
 PyObject* fresh(PyObject* /*self*/, PyObject* obj) {
-  // Two references: the caller's local variable and the argument of this call.
-  if (Py_TYPE(obj) == reinterpret_cast<PyTypeObject*>(THPVariableClass) && Py_REFCNT(obj) <= 2 &&
-      !THPVariable_Unpack(obj).is_view()) {
-    Py_RETURN_TRUE;
+  // Two references: the caller's local variable and the argument of this call. No view, and a
+  // storage of its own (set_() can share one without a view relation).
+  if (Py_TYPE(obj) != reinterpret_cast<PyTypeObject*>(THPVariableClass) || Py_REFCNT(obj) > 2) {
+    Py_RETURN_FALSE;
   }
-  Py_RETURN_FALSE;
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  if (t.is_view() || !t.has_storage() || t.storage().use_count() != 1) {
+    Py_RETURN_FALSE;
+  }
+  Py_RETURN_TRUE;
 }
 
 // call_below_autograd(fn, *args, **kwargs): fn(*args, **kwargs) with autograd keys excluded.
