@@ -168,8 +168,10 @@ def fast_source(record: OpRecord, name: str) -> tuple[str, dict[str, Any]] | Non
 
 
 def _closure(record: OpRecord, kernels: dict[str, Any]) -> dict[str, Any]:
+    assert record.op is not None
     closure: dict[str, Any] = {
-        "_op": record.op,
+        # The OpOverload's own C callable: what OpOverload.__call__ calls, one frame less.
+        "_op": record.op._op,
         "_plain": _PLAIN,
         "_seq": (list, tuple),
         "_number": frozenset({int, float, bool}),
