@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import builtins
 import collections.abc
-import dataclasses
 import inspect
 import sys
 import types
@@ -65,17 +64,6 @@ class SchemaProblem(Exception):
         self.param = param
         self.problem = problem
         self.fix = fix
-
-
-@dataclasses.dataclass(frozen=True)
-class Param:
-    """One schema argument as opclass sees it."""
-
-    name: str
-    type: str  # schema type without alias annotation, e.g. "Tensor?[]"
-    kwarg_only: bool
-    has_default: bool
-    default: Any
 
 
 # --------------------------------------------------------------------------- annotations
@@ -374,15 +362,6 @@ def derive(fn: Any, mutates_args: Sequence[str], tags: Sequence[torch.Tag]) -> s
 def parse(qualname: str, schema: str) -> torch._C.FunctionSchema:
     """Parse ``(args) -> ret`` for the op ``ns::name[.overload]``."""
     return torch._C.parse_schema(qualname + schema)
-
-
-def params(schema: torch._C.FunctionSchema) -> list[Param]:
-    """The arguments of a parsed schema, in order."""
-    out = []
-    for a in schema.arguments:
-        has_default = a.has_default_value()
-        out.append(Param(a.name, str(a.real_type), a.kwarg_only, has_default, a.default_value if has_default else None))
-    return out
 
 
 def mutated_names(schema: torch._C.FunctionSchema) -> list[str]:
