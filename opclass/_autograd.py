@@ -12,7 +12,7 @@ from torch import _C
 from . import _native
 from ._alias import check_outputs, output_is_fresh
 from ._record import OpRecord
-from ._returns import converter, exact_check
+from ._returns import converter, exact_check, exact_predicate
 
 _AFTER_AUTOGRAD = _C._after_autograd_keyset
 _ADIV = _C.DispatchKey.ADInplaceOrView
@@ -51,9 +51,8 @@ def build_autograd_functions(record: OpRecord) -> tuple[type[torch.autograd.Func
     is_fresh = output_is_fresh()
     below = call_below_autograd()
     convert = converter(qualname, schema)
-    exact_text = exact_check(schema, "out")
-    is_exact: Callable[[Any], bool] = eval(f"lambda out: {exact_text or 'False'}", {"_T": torch.Tensor})  # noqa: S307
-    single_tensor = exact_text == "type(out) is _T"
+    is_exact = exact_predicate(schema)
+    single_tensor = exact_check(schema, "out") == "type(out) is _T"
 
     def user_backward(ctx: Any, grads: tuple[Any, ...]) -> tuple[Any, ...]:
         if record.backward is None:
@@ -226,8 +225,7 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
                 user_by_code[code] = (record.user_kernels[hook], f"{record.qualname} ({record.cls_name}.{hook or 'default'})")
 
     convert = converter(record.qualname, record.schema)
-    exact_text = exact_check(record.schema, "out")
-    is_exact: Callable[[Any], bool] = eval(f"lambda out: {exact_text or 'False'}", {"_T": torch.Tensor})  # noqa: S307
+    is_exact = exact_predicate(record.schema)
     # _any_requires_grad does not look into lists holding None; the guards do.
     optional_lists = [i for i, a in enumerate(record.schema.arguments) if str(a.real_type) == "List[Optional[Tensor]]" and not a.kwarg_only]
 

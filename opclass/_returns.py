@@ -101,3 +101,10 @@ def converter(qualname: str, schema: torch._C.FunctionSchema) -> Callable[[Any],
             _PENDING.value = None
 
     return convert
+
+
+def exact_predicate(schema: torch._C.FunctionSchema) -> Callable[[Any], bool]:
+    """``is_exact(result)``: :func:`exact_check` as a function (never true without an expression)."""
+    text = exact_check(schema, "out")
+    predicate: Callable[[Any], bool] = eval(f"lambda out: {text or 'False'}", {"_T": torch.Tensor})  # noqa: S307
+    return predicate
