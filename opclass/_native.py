@@ -112,7 +112,13 @@ def guard_backend() -> str:
 
 
 def guard_info() -> str:
-    """Why the current guard was chosen (library path, or the reason for the Python guard)."""
+    """Why the current guard was chosen (library path, or the reason for the Python guard).
+
+    Example:
+        >>> import opclass
+        >>> opclass.guard_info().split(":")[0] == opclass.guard_backend()
+        True
+    """
     return f"{_backend}: {_reason}"
 
 

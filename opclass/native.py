@@ -15,6 +15,13 @@ from . import _native
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Build (or with ``--check`` only report) the native guard; never fails set-up.
+
+    Example:
+        >>> main(["--check"])  # doctest: +ELLIPSIS
+        opclass: guard ...
+        0
+    """
     parser = argparse.ArgumentParser(prog="python -m opclass.native", description="Build opclass's native guard.")
     parser.add_argument("--check", action="store_true", help="only report which guard is active")
     parser.add_argument("--verbose", action="store_true", help="show the compiler's output")
