@@ -292,7 +292,7 @@ def _guard_specs(record: OpRecord) -> dict[int, bytes]:
         if a.kwarg_only:
             break
         t = str(a.real_type)
-        letters.append({"Tensor": "T", "Optional[Tensor]": "O", "List[Tensor]": "L", "List[Optional[Tensor]]": "M"}.get(t, "X"))
+        letters.append(_native.spec_letter(t))
     return {n: "".join(letters[:n]).encode() for n in range(len(letters) + 1)}
 
 

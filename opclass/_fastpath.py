@@ -268,7 +268,7 @@ class _Generator:
 
     def native(self, native: Any, tensors: list[_Param], lists: list[_Param], value_guards: list[str]) -> list[str]:
         """One C call classifies every Tensor argument and the thread-local state."""
-        spec = "".join("O" if p.optional else "T" for p in tensors) + "".join("M" if "Optional" in p.jit else "L" for p in lists)
+        spec = "".join(_native.spec_letter(p.jit) for p in tensors + lists)
         self.closure["_guard"] = native.guard
         self.closure["_spec"] = spec.encode()
         conditions = ["_g"] + value_guards

@@ -100,6 +100,15 @@ def load(mode: str | None = None) -> None:
         _reason = f"failed to load: {type(e).__name__}: {e}"
 
 
+#: The native guard's letter per schema type (see csrc/guard.cpp); "X": not looked at.
+_SPEC_LETTERS = {"Tensor": "T", "Optional[Tensor]": "O", "List[Tensor]": "L", "List[Optional[Tensor]]": "M"}
+
+
+def spec_letter(jit_type: str) -> str:
+    """The guard spec letter for an argument of JIT type ``jit_type`` (``Argument.real_type``)."""
+    return _SPEC_LETTERS.get(jit_type, "X")
+
+
 def guard_backend() -> str:
     """``"native"`` or ``"python"``: the guard that op classes defined from now on use.
 
