@@ -52,7 +52,7 @@ def main() -> None:
     for x, w in zip(xs, weights):
         torch.testing.assert_close(x.grad, torch.full((3,), w))
     assert WeightedSum.schema == "(Tensor[] xs, float[] weights) -> Tensor"
-    print(f"{WeightedSum.qualname}{WeightedSum.schema}: grads {[x.grad[0].item() for x in xs]}")
+    print(f"{WeightedSum.qualname}{WeightedSum.schema}: grads {[x.grad[0].item() for x in xs if x.grad is not None]}")
 
 
 if __name__ == "__main__":

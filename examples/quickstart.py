@@ -27,17 +27,17 @@ class NumpySin(CustomOp, name="quickstart::numpy_sin"):
         return torch.empty_like(x)
 
     @staticmethod
-    def setup_context(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+    def setup_context(ctx, inputs, output) -> None:
         (x,) = inputs
         ctx.save_for_backward(x)
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> Tensor:  # type: ignore[no-untyped-def]
+    def backward(ctx, grad: Tensor) -> Tensor:
         (x,) = ctx.saved_tensors
         return grad * x.cos()
 
 
-def _check(name: str, fn) -> tuple[str, str, str]:  # type: ignore[no-untyped-def]
+def _check(name: str, fn) -> tuple[str, str, str]:
     start = time.perf_counter()
     try:
         detail = fn()

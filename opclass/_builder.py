@@ -52,11 +52,16 @@ def _snake_case(name: str) -> str:
     return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
 
 
+_CLASS_KEYWORDS = ("name", "namespace", "mutates_args", "schema", "tags")
+_KEYWORD_ALIASES = {"mutates": "mutates_args", "mutable_args": "mutates_args", "mutated_args": "mutates_args", "tag": "tags", "ns": "namespace", "op_name": "name"}
+
+
 class OpBuilder:
     """Turns one class statement into an op. One small method per step."""
 
-    def __init__(self, cls: type, keywords: dict[str, Any]) -> None:
+    def __init__(self, cls: type, keywords: dict[str, Any], unknown: Mapping[str, Any] = {}) -> None:
         self.cls = cls
+        self.unknown = dict(unknown)
         # Local classes read as ``Bad``, not ``test_x.<locals>.Bad``.
         self.cls_name = cls.__qualname__.rpartition("<locals>.")[2]
         self.given = keywords
@@ -128,6 +133,13 @@ class OpBuilder:
     def validate_keywords(self) -> Keywords:
         """Name, namespace, mutates_args, schema and tags: types and spelling."""
         kw = self.keywords_raw
+        for key in self.unknown:
+            guess = did_you_mean(key, _CLASS_KEYWORDS, _KEYWORD_ALIASES)
+            self.fail(
+                None,
+                f"unknown class keyword {key}={self.unknown[key]!r}",
+                f"did you mean {guess!r}?" if guess else f"the class keywords are {', '.join(_CLASS_KEYWORDS)}",
+            )
         namespace = kw.get("namespace")
         if namespace is not None and (not isinstance(namespace, str) or not _IDENT.match(namespace)):
             self.fail(None, f"namespace={namespace!r} is not a valid namespace", "use a Python identifier such as 'mylib'")

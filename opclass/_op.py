@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, overload
 
 import torch
 
 from . import _native, _record
 from ._builder import OpBuilder
 from ._record import OpRecord
+
+if TYPE_CHECKING:
+    from typing_extensions import Never
+
+    from . import _typing as _t
 
 __all__ = ["CustomOp", "OpMeta"]
 
@@ -22,7 +27,12 @@ def _stub(fn: Callable[..., Any]) -> Callable[..., Any]:
 _NATIVE = _native.native_module()
 # With the native guard, OpMeta's call is C code that calls the class's generated function
 # directly; Python only runs for abstract classes and argument-binding errors.
-_MetaBase: type = _NATIVE.MetaBase if _NATIVE is not None else type
+# Type checkers must see plain `type` as the base, or pyright stops using OpMeta.__call__ for
+# conversions such as `f: Callable[[Tensor], Tensor] = MyOp`.
+if TYPE_CHECKING:
+    _MetaBase = type
+else:
+    _MetaBase = _NATIVE.MetaBase if _NATIVE is not None else type
 
 
 def _call(cls: Any, *args: Any, **kwargs: Any) -> Any:
@@ -45,7 +55,7 @@ def _call(cls: Any, *args: Any, **kwargs: Any) -> Any:
         raise
 
 
-class OpMeta(_MetaBase):  # type: ignore[misc]
+class OpMeta(_MetaBase):
     """Metaclass of :class:`CustomOp`: calling an op class calls the op.
 
     Example:
@@ -60,7 +70,34 @@ class OpMeta(_MetaBase):  # type: ignore[misc]
     """
 
     if TYPE_CHECKING:
-
+        # pyright: the call has the signature of the class's first kernel (see _typing.py).
+        # mypy ignores a metaclass __call__; opclass.mypy gives each op class a __new__ instead.
+        @overload
+        def __call__(cls: type[_t.HasDefault[_t.P, _t.R]], *args: _t.P.args, **kwargs: _t.P.kwargs) -> _t.R: ...
+        @overload
+        def __call__(cls: type[_t.HasCpu[_t.P, _t.R]], *args: _t.P.args, **kwargs: _t.P.kwargs) -> _t.R: ...
+        @overload
+        def __call__(cls: type[_t.HasCuda[_t.P, _t.R]], *args: _t.P.args, **kwargs: _t.P.kwargs) -> _t.R: ...
+        @overload
+        def __call__(cls: type[_t.HasMps[_t.P, _t.R]], *args: _t.P.args, **kwargs: _t.P.kwargs) -> _t.R: ...
+        @overload
+        def __call__(cls: type[_t.HasXpu[_t.P, _t.R]], *args: _t.P.args, **kwargs: _t.P.kwargs) -> _t.R: ...
+        @overload
+        def __call__(cls: type[_t.HasHpu[_t.P, _t.R]], *args: _t.P.args, **kwargs: _t.P.kwargs) -> _t.R: ...
+        @overload
+        def __call__(cls: type[_t.HasMtia[_t.P, _t.R]], *args: _t.P.args, **kwargs: _t.P.kwargs) -> _t.R: ...
+        @overload
+        def __call__(cls: type[_t.HasXla[_t.P, _t.R]], *args: _t.P.args, **kwargs: _t.P.kwargs) -> _t.R: ...
+        @overload
+        def __call__(cls: type[_t.HasIpu[_t.P, _t.R]], *args: _t.P.args, **kwargs: _t.P.kwargs) -> _t.R: ...
+        @overload
+        def __call__(cls: type[_t.HasMaia[_t.P, _t.R]], *args: _t.P.args, **kwargs: _t.P.kwargs) -> _t.R: ...
+        @overload
+        def __call__(cls: type[_t.HasHip[_t.P, _t.R]], *args: _t.P.args, **kwargs: _t.P.kwargs) -> _t.R: ...
+        @overload
+        def __call__(cls: type[_t.HasPrivateuseone[_t.P, _t.R]], *args: _t.P.args, **kwargs: _t.P.kwargs) -> _t.R: ...
+        @overload
+        def __call__(cls, _abstract_op_base_has_no_kernel: Never, /) -> Never: ...
         def __call__(cls, *args: Any, **kwargs: Any) -> Any: ...
 
     @property
@@ -154,22 +191,17 @@ class CustomOp(metaclass=OpMeta):
         mutates_args: Iterable[str] | None = None,
         schema: str | None = None,
         tags: torch.Tag | Iterable[torch.Tag] | None = None,
-        **kwargs: Any,
+        **unknown: Never,
     ) -> None:
-        super().__init_subclass__(**kwargs)
+        # Unknown keywords are definition errors (with a did-you-mean), not forwarded: a mixin
+        # that takes class keywords goes before CustomOp in the bases and consumes its own.
+        # Typed Never so that type checkers flag them too.
         given = {"name": name, "namespace": namespace, "mutates_args": mutates_args, "schema": schema, "tags": tags}
-        OpBuilder(cls, given).run()
+        OpBuilder(cls, given, unknown).run()
 
-    if TYPE_CHECKING:
-        # Typed loosely so that any signature may override them.
-        default: ClassVar[Callable[..., Any]]
-        cpu: ClassVar[Callable[..., Any]]
-        cuda: ClassVar[Callable[..., Any]]
-        abstract: ClassVar[Callable[..., Any]]
-        setup_context: ClassVar[Callable[..., Any]]
-        backward: ClassVar[Callable[..., Any]]
-        vmap: ClassVar[Callable[..., Any]]
-    else:
+    if not TYPE_CHECKING:
+        # Runtime-only documentation stubs: declared to type checkers they would give every
+        # subclass a `default` and so match the first OpMeta.__call__ overload with `...`.
 
         @staticmethod
         @_stub

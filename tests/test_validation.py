@@ -716,6 +716,23 @@ def name_not_a_string(ns: str) -> None:
             return x + 1
 
 
+
+@case(None, "class Bad: unknown class keyword mutates=('x',)", "did you mean 'mutates_args'?", op=None)
+def unknown_class_keyword(ns: str) -> None:
+    class Bad(CustomOp, name=f"{ns}::bad", mutates=("x",)):  # type: ignore[arg-type]
+        @staticmethod
+        def cpu(x: Tensor) -> None:
+            x.zero_()
+
+
+@case(None, "unknown class keyword overload='x'", "the class keywords are name, namespace, mutates_args, schema, tags", op=None)
+def unknown_class_keyword_no_guess(ns: str) -> None:
+    class Bad(CustomOp, name=f"{ns}::bad", overload="x"):  # type: ignore[arg-type]
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            return x + 1
+
+
 # ---- schema=
 
 

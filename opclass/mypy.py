@@ -1,0 +1,214 @@
+"""mypy plugin: calling an op class is type-checked against the op's signature.
+
+Enable it in ``mypy.ini`` (or ``[tool.mypy]`` in ``pyproject.toml``)::
+
+    [mypy]
+    plugins = opclass.mypy
+
+mypy ignores a metaclass ``__call__`` (python/mypy#8595), so without help it sees ``MyOp(x)``
+as ``CustomOp.__new__``: any arguments, result ``Any``. For every ``CustomOp`` subclass, direct or
+through intermediate bases, this plugin gives the class a ``__new__`` with the op's signature,
+taken from the same place the runtime takes it: an annotated kernel (``default``, a device
+kernel such as ``cpu``, or ``abstract``; the class's own before inherited ones), else the
+``schema=`` class keyword, else what the class inherits. The method is stored in mypy's cache
+like any other, so incremental runs keep it. Calling an abstract op base (no kernel) is an error,
+as it is at runtime.
+
+Example:
+    >>> from opclass.mypy import plugin
+    >>> plugin("1.10").__name__
+    'OpclassPlugin'
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from typing import Any, Callable
+
+from mypy.errorcodes import ARG_TYPE, CALL_ARG
+from mypy.nodes import (
+    ARG_NAMED,
+    ARG_NAMED_OPT,
+    ARG_OPT,
+    ARG_POS,
+    Argument,
+    ArgKind,
+    BytesExpr,
+    ComplexExpr,
+    Decorator,
+    EllipsisExpr,
+    FloatExpr,
+    IntExpr,
+    StrExpr,
+    TypeInfo,
+    Var,
+)
+from mypy.plugin import ClassDefContext, FunctionSigContext, Plugin, SemanticAnalyzerPluginInterface
+from mypy.plugins.common import add_method_to_class
+from mypy.semanal_shared import has_placeholder
+from mypy.types import AnyType, CallableType, FunctionLike, NoneType, TupleType, Type, TypeOfAny, TypeType, UnionType
+from mypy.typevars import fill_typevars
+
+from ._builder import _CLASS_KEYWORDS
+from ._builtin import DEVICE_TYPES
+
+__all__ = ["plugin", "OpclassPlugin"]
+
+_CUSTOM_OP = "opclass._op.CustomOp"
+_META = "opclass"  # key in TypeInfo.metadata, which mypy's cache keeps
+# Built-in kernel hooks, in the order the signature is looked for (all must agree at runtime).
+_KERNELS = ("default", *DEVICE_TYPES, "abstract")
+_BACKENDS = frozenset(_KERNELS) - {"abstract"}
+# Hooks that are not kernels; any other public static method might be a third-party kernel.
+_NOT_KERNELS = frozenset({"abstract", "setup_context", "backward", "vmap"})
+# Literal expressions that cannot be a str keyword, and the type mypy would name.
+_NOT_STR: dict[type, str] = {IntExpr: "int", FloatExpr: "float", BytesExpr: "bytes", ComplexExpr: "complex"}
+
+
+class OpclassPlugin(Plugin):
+    """Gives each ``CustomOp`` subclass the op's call signature (see the module docstring)."""
+
+    def get_base_class_hook(self, fullname: str) -> Callable[[ClassDefContext], None] | None:
+        info = self._info(fullname)
+        if info is not None and (info.fullname == _CUSTOM_OP or info.has_base(_CUSTOM_OP)):
+            return _add_signature
+        return None
+
+    def get_function_signature_hook(self, fullname: str) -> Callable[[FunctionSigContext], FunctionLike] | None:
+        info = self._info(fullname)
+        if info is not None and (info.fullname == _CUSTOM_OP or info.metadata.get(_META, {}).get("abstract")):
+            return _abstract_call
+        return None
+
+    def _info(self, fullname: str) -> TypeInfo | None:
+        sym = self.lookup_fully_qualified(fullname)
+        return sym.node if sym is not None and isinstance(sym.node, TypeInfo) else None
+
+
+def plugin(version: str) -> type[Plugin]:
+    """The entry point mypy calls (``plugins = opclass.mypy``)."""
+    return OpclassPlugin
+
+
+def _add_signature(ctx: ClassDefContext) -> None:
+    _check_keywords(ctx)
+    info = ctx.cls.info
+    schema = ctx.cls.keywords.get("schema")
+    own_schema = schema.value if isinstance(schema, StrExpr) else None
+    info.metadata[_META] = {"abstract": _is_abstract(info), "schema": own_schema}
+    sig = _kernel_signature(info)
+    if sig is None and own_schema is not None:
+        sig = _schema_signature(ctx.api, own_schema)
+    if sig is None:
+        return  # inherited __new__: the base op's signature, or CustomOp's (Any)
+    if has_placeholder(sig) and not ctx.api.final_iteration:
+        ctx.api.defer()  # a forward reference in the annotations: wait for it to resolve
+        return
+    args = [
+        Argument(Var(name or f"__arg{i}", typ), typ, EllipsisExpr() if kind.is_optional() else None, kind)
+        for i, (name, typ, kind) in enumerate(zip(sig.arg_names, sig.arg_types, sig.arg_kinds))
+    ]
+    new = add_method_to_class(ctx.api, ctx.cls, "__new__", args, sig.ret_type, self_type=TypeType(fill_typevars(info)))
+    # Kept in the class's symbol table (and so in mypy's cache), but out of the body the checker
+    # visits: it would insist that __new__ returns an instance of the class.
+    ctx.cls.defs.body.remove(new)
+
+
+def _check_keywords(ctx: ClassDefContext) -> None:
+    """mypy skips checking class keywords against ``__init_subclass__`` when the class has a
+    custom metaclass (it cannot know what the metaclass consumes); ours consumes none."""
+    for key, expr in ctx.cls.keywords.items():
+        if key == "metaclass":
+            continue
+        where = 'for "__init_subclass__" of "CustomOp"'
+        if key not in _CLASS_KEYWORDS:
+            ctx.api.fail(f'Unexpected keyword argument "{key}" {where}', expr, code=CALL_ARG)
+        elif key in ("name", "namespace", "schema") and type(expr) in _NOT_STR:
+            found = _NOT_STR[type(expr)]
+            ctx.api.fail(
+                f'Argument "{key}" to "__init_subclass__" of "CustomOp" has incompatible type "{found}"; expected "str | None"',
+                expr,
+                code=ARG_TYPE,
+            )
+
+
+def _kernel_signature(info: TypeInfo) -> CallableType | None:
+    """The first annotated kernel in the class or its op bases (the runtime requires them to agree)."""
+    for klass in info.mro:
+        if klass.fullname == _CUSTOM_OP:
+            break
+        for hook in _KERNELS:
+            sym = klass.names.get(hook)
+            node = sym.node if sym is not None else None
+            if isinstance(node, Decorator) and node.func.is_static and isinstance(node.func.type, CallableType):
+                return node.func.type
+    return None
+
+
+def _is_abstract(info: TypeInfo) -> bool:
+    """No kernel anywhere in the MRO. A public static method that is no known hook could be a
+    third-party device kernel (``opclass.device_hook``), so such a class is not called abstract."""
+    for klass in info.mro:
+        if klass.fullname == _CUSTOM_OP:
+            return True
+        for name, sym in klass.names.items():
+            if name in _BACKENDS:
+                return False
+            if isinstance(sym.node, Decorator) and sym.node.func.is_static and not name.startswith("_") and name not in _NOT_KERNELS:
+                return False
+    return True
+
+
+def _abstract_call(ctx: FunctionSigContext) -> FunctionLike:
+    name = ctx.default_signature.name or "CustomOp"
+    ctx.api.fail(
+        f'"{name}" is an abstract op base (it defines no kernel such as cpu, cuda or default); '
+        "subclass it and define a kernel to make an op",
+        ctx.context,
+    )
+    return ctx.default_signature
+
+
+# ---------------------------------------------------------------------- schema= without annotations
+
+
+def _schema_signature(api: SemanticAnalyzerPluginInterface, text: str) -> CallableType | None:
+    from . import _schema  # imports torch; only classes with schema= and no annotations need it
+
+    try:
+        sig = _schema.python_signature(_schema.parse("opclass_mypy::op", text))
+    except Exception:
+        return None  # the runtime reports the bad schema; the call stays unchecked
+    kinds: list[ArgKind] = []
+    for p in sig.parameters.values():
+        optional = p.default is not inspect.Parameter.empty
+        if p.kind is inspect.Parameter.KEYWORD_ONLY:
+            kinds.append(ARG_NAMED_OPT if optional else ARG_NAMED)
+        else:
+            kinds.append(ARG_OPT if optional else ARG_POS)
+    return CallableType(
+        [_mypy_type(api, p.annotation) for p in sig.parameters.values()],
+        kinds,
+        list(sig.parameters),
+        _mypy_type(api, sig.return_annotation),
+        api.named_type("builtins.function"),
+    )
+
+
+def _mypy_type(api: SemanticAnalyzerPluginInterface, ann: Any) -> Type:
+    """A mypy type for an annotation from ``_schema.python_signature`` (``Any`` if unknown)."""
+    if ann is None:
+        return NoneType()
+    origin, args = typing.get_origin(ann), typing.get_args(ann)
+    if origin is typing.Union:
+        return UnionType([_mypy_type(api, a) for a in args])
+    if origin is tuple:
+        return TupleType([_mypy_type(api, a) for a in args], api.named_type("builtins.tuple", [AnyType(TypeOfAny.special_form)]))
+    if origin is list:
+        return api.named_type("builtins.list", [_mypy_type(api, args[0])])
+    if isinstance(ann, type):
+        found = api.named_type_or_none(f"{ann.__module__}.{ann.__qualname__}".replace("torch.Tensor", "torch._tensor.Tensor"))
+        if found is not None:
+            return found
+    return AnyType(TypeOfAny.special_form)

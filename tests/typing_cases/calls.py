@@ -1,0 +1,53 @@
+"""Correct calls: no diagnostics, and each result has the kernel's return type. Also run as a script."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+from typing_extensions import reveal_type
+
+from ops import AddInto, FromSchema, MinMax, Scale, ScaleVariant, SinCpu, WeightedSum
+
+x = torch.ones(3)
+
+# M: note: Revealed type is "torch._tensor.Tensor"
+# P: information: Type of "Scale(x)" is "Tensor"
+reveal_type(Scale(x))
+# M: note: Revealed type is "torch._tensor.Tensor"
+# P: information: Type of "Scale(x, 3, bias=x)" is "Tensor"
+reveal_type(Scale(x, 3, bias=x))
+# M: note: Revealed type is "torch._tensor.Tensor"
+# P: information: Type of "Scale(x=x, factor=0.5, bias=None)" is "Tensor"
+reveal_type(Scale(x=x, factor=0.5, bias=None))
+# M: note: Revealed type is "tuple[torch._tensor.Tensor, torch._tensor.Tensor]"
+# P: information: Type of "MinMax(x)" is "tuple[Tensor, Tensor]"
+reveal_type(MinMax(x))
+lo, hi = MinMax(x)
+# M: note: Revealed type is "torch._tensor.Tensor"
+# P: information: Type of "WeightedSum([x, x], [0.5, 2])" is "Tensor"
+reveal_type(WeightedSum([x, x], [0.5, 2]))
+# M: note: Revealed type is "None"
+# P: information: Type of "AddInto(x, x)" is "None"
+reveal_type(AddInto(x, x))
+# M: note: Revealed type is "torch._tensor.Tensor"
+# P: information: Type of "ScaleVariant(x, 1.5)" is "Tensor"
+reveal_type(ScaleVariant(x, 1.5))
+
+# The signature from schema= (mypy plugin only; pyright infers from the unannotated kernel).
+# M: note: Revealed type is "tuple[torch._tensor.Tensor, torch._tensor.Tensor]"
+# P: information: Type of "FromSchema(x, [0], keep=True)" is "tuple[Unknown, Unknown]"
+reveal_type(FromSchema(x, [0], keep=True))
+
+# A kernel with no annotations under an annotated abstract: mypy takes the abstract's
+# signature (the runtime's rule); pyright sees the unannotated cpu kernel.
+# M: note: Revealed type is "torch._tensor.Tensor"
+# P: information: Type of "SinCpu(x)" is "Any"
+reveal_type(SinCpu(x))
+
+# An op class is a callable with the op's signature.
+unary: Callable[[Tensor], Tensor] = Scale
+binary: Callable[[Tensor, float], Tensor] = ScaleVariant
+pair: Callable[[Tensor], tuple[Tensor, Tensor]] = MinMax
+assert torch.equal(unary(x), binary(x, 2.0))

@@ -1,0 +1,61 @@
+"""Ops the other case files import: type checkers must follow them across modules."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from opclass import CustomOp
+
+
+class Scale(CustomOp, name="typing_cases::scale"):
+    @staticmethod
+    def cpu(x: Tensor, factor: float = 2.0, *, bias: Optional[Tensor] = None) -> Tensor:
+        return x * factor if bias is None else x * factor + bias
+
+
+class MinMax(CustomOp, name="typing_cases::min_max"):
+    @staticmethod
+    def default(x: Tensor) -> tuple[Tensor, Tensor]:
+        return x.min(), x.max()
+
+
+class WeightedSum(CustomOp, name="typing_cases::weighted_sum"):
+    @staticmethod
+    def default(xs: list[Tensor], weights: list[float]) -> Tensor:
+        out = torch.zeros_like(xs[0])
+        for x, w in zip(xs, weights):
+            out = out + x * w
+        return out
+
+
+class AddInto(CustomOp, name="typing_cases::add_into", mutates_args=("out",)):
+    @staticmethod
+    def default(out: Tensor, x: Tensor) -> None:
+        out.add_(x)
+
+
+class SinBase(CustomOp, namespace="typing_cases"):
+    """An abstract op base: a fake kernel, no real one."""
+
+    @staticmethod
+    def abstract(x: Tensor) -> Tensor:
+        return torch.empty_like(x)
+
+
+class SinCpu(SinBase, name="sin_cpu"):
+    @staticmethod
+    def cpu(x):  # type: ignore[no-untyped-def]
+        return x.sin()
+
+
+class ScaleVariant(Scale, name="typing_cases::scale_variant"):
+    """A variant: inherits Scale's kernel and signature."""
+
+
+class FromSchema(CustomOp, name="typing_cases::from_schema", schema="(Tensor x, int[] dims, *, bool keep=False) -> (Tensor, Tensor)"):
+    @staticmethod
+    def cpu(x, dims, *, keep=False):  # type: ignore[no-untyped-def]
+        return x.sum(dims, keep), x.amax(dims, keep)
