@@ -308,8 +308,13 @@ class OpBuilder:
     # ------------------------------------------------------------------ 4. register
 
     def register(self, record: OpRecord) -> None:
-        """Replace any earlier op of the same name; on failure put the earlier one back."""
+        """Replace any earlier op of the same name; on failure put the earlier one back.
+
+        One critical section from the name check to the class attributes: a thread defining the
+        same name must see either no op or a complete one (its class set, so retire() reaches it).
+        """
         with _record.LOCK:
+            self.validate_not_taken(record.qualname)
             old = _record.lookup(record.qualname)
             if old is not None:
                 _record.destroy(old)
@@ -323,10 +328,10 @@ class OpBuilder:
             _record.set_live(record)
             if old is not None:
                 _record.retire(old)
-        record.owner = weakref.ref(self.cls)
-        self.cls._opclass_record = record  # type: ignore[attr-defined]
-        self.cls._opclass_call = make_call(record, self.cls)  # type: ignore[attr-defined]
-        self.cls._opclass_op = record.op  # type: ignore[attr-defined]
+            record.owner = weakref.ref(self.cls)
+            self.cls._opclass_record = record  # type: ignore[attr-defined]
+            self.cls._opclass_call = make_call(record, self.cls)  # type: ignore[attr-defined]
+            self.cls._opclass_op = record.op  # type: ignore[attr-defined]
         self.cls.__signature__ = record.signature  # type: ignore[attr-defined]
         doc = (self.cls.__dict__.get("__doc__") or "").rstrip()
         self.cls.__doc__ = (doc + "\n\n" if doc else "") + f"Operator ``{record.qualname}``: ``{record.schema_str}``"
@@ -349,7 +354,6 @@ class OpBuilder:
         self.validate_kernels(schema, kw)
         signature = _schema.python_signature(schema)
         self.validate_hooks(qualname, schema, signature, kw.tags)
-        self.validate_not_taken(qualname)
         self.register(self.build(kw, ns, name, overload, schema))
 
 
