@@ -119,7 +119,7 @@ class OpMeta(_MetaBase):
 
     @property
     def schema(cls) -> str:
-        """The schema without the name: ``"(Tensor x) -> Tensor"``."""
+        """The schema without the name, e.g. ``"(Tensor x) -> Tensor"``."""
         return _live_record(cls).schema_str
 
 

@@ -32,11 +32,13 @@ class OpRecord:
         >>> opclass.remove(DocsRecordNeg)
     """
 
-    qualname: str  # "ns::name" or "ns::name.overload"
+    #: ``"ns::name"`` or ``"ns::name.overload"``.
+    qualname: str
     namespace: str
     name: str
     overload: str
-    schema_str: str  # "(Tensor x) -> Tensor"
+    #: The schema without the name, e.g. ``"(Tensor x) -> Tensor"``.
+    schema_str: str
     schema: torch._C.FunctionSchema
     signature: inspect.Signature
     tags: tuple[torch.Tag, ...]
@@ -55,8 +57,9 @@ class OpRecord:
     autograd_function: type[torch.autograd.Function] | None = None
     #: Per device type, the Function the eager fast path applies (its forward calls that kernel).
     fast_functions: dict[str, type[torch.autograd.Function]] = dataclasses.field(default_factory=dict)
-    #: Positions (in schema order) and names of the arguments the op writes to.
+    #: Positions (in schema order) of the arguments the op writes to.
     mutated: tuple[int, ...] = ()
+    #: Names of the arguments the op writes to.
     mutated_names: tuple[str, ...] = ()
     live: bool = False
     #: Weak reference to the class that defined the op.
@@ -64,12 +67,12 @@ class OpRecord:
 
     @property
     def is_inplace(self) -> bool:
-        """``Tag.inplace``: the op mutates and returns its first argument."""
+        """True for ``Tag.inplace`` ops, which mutate and return their first argument."""
         return torch.Tag.inplace in self.tags
 
     @property
     def is_out(self) -> bool:
-        """``Tag.out``: the op writes into keyword-only ``out`` Tensors and returns them."""
+        """True for ``Tag.out`` ops, which write into keyword-only ``out`` Tensors and return them."""
         return torch.Tag.out in self.tags
 
     @property
