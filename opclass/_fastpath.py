@@ -24,7 +24,7 @@ import torch
 import torch.autograd.forward_ad as _forward_ad
 from torch import _C
 
-from . import _native
+from . import _native, _schema
 from ._autograd import _Call
 from ._record import OpRecord
 from ._returns import converter, exact_check
@@ -122,9 +122,12 @@ class _Param:
         return self.jit.startswith("Optional[")
 
 
-def _value_guard(p: _Param) -> str | None:
+def _value_guard(p: _Param, configs: dict[str, type]) -> str | None:
     """Type guard for a non-Tensor argument; ``None`` when none can be written cheaply."""
     jit = p.jit
+    if jit == "PyObject":
+        # The dispatcher passes any object through; the fast path takes only the config class.
+        return f"type({p.name}) is _cfg_{p.name}" if p.name in configs else None
     inner = jit[len("Optional[") : -1] if p.optional else jit
     if inner in _SCALAR_TYPES:
         check = _SCALAR_TYPES[inner].format(v=p.name)
@@ -144,10 +147,11 @@ def fast_source(record: OpRecord, name: str) -> tuple[str, dict[str, Any]] | Non
         return None
     params = [_Param(a.name, str(a.real_type), a.kwarg_only) for a in record.schema.arguments]
     value_guards = []
+    configs = _config_classes(record)
     for p in params:
         if p.tensor or p.tensor_list:
             continue
-        guard = _value_guard(p)
+        guard = _value_guard(p, configs)
         if guard is None:
             return None
         value_guards.append(guard)
@@ -157,6 +161,7 @@ def fast_source(record: OpRecord, name: str) -> tuple[str, dict[str, Any]] | Non
         return None
 
     closure = _closure(record, kernels)
+    closure.update({f"_cfg_{name}": cls for name, cls in configs.items()})
     gen = _Generator(record, params, kernels, closure)
     native = _native.native_module()
     if native is not None and (tensors or lists):
@@ -165,6 +170,19 @@ def fast_source(record: OpRecord, name: str) -> tuple[str, dict[str, Any]] | Non
         lines = gen.python(tensors, lists, value_guards)
     source = "\n".join([f"def {name}({gen.signature()}):", *lines, f"    return _op({gen.call_args})"]) + "\n"
     return source, closure
+
+
+def _config_classes(record: OpRecord) -> dict[str, type]:
+    """Parameter name -> config dataclass, from the kernels' annotations (empty under schema=)."""
+    for fn in record.user_kernels.values():
+        try:
+            annotations = _schema.resolve_annotations(fn)
+        except _schema.SchemaProblem:
+            continue
+        found = {n: a for n, a in annotations.items() if isinstance(a, type) and dataclasses.is_dataclass(a)}
+        if found:
+            return found
+    return {}
 
 
 def _closure(record: OpRecord, kernels: dict[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import collections.abc
+import dataclasses
 import inspect
 import sys
 import types
@@ -149,6 +150,8 @@ def param_type(ann: Any) -> str:
     base = _base(ann)
     if base is not None:
         return base
+    if dataclasses.is_dataclass(ann) and isinstance(ann, type):
+        return config_type(ann)
     inner = _optional_inner(ann)
     if inner is not None:
         t = _list_type(inner) or _base(inner)
@@ -160,6 +163,45 @@ def param_type(ann: Any) -> str:
     if t is not None:
         return t
     return _unsupported(ann)
+
+
+# Field types a config object may hold: constants that compile can guard on and FX can print.
+_CONFIG_FIELDS = (int, float, bool, str, type(None))
+
+
+def config_type(cls: type) -> str:
+    """The schema type of a config dataclass: it becomes a torch opaque *value* type.
+
+    The dispatcher hands the object to the kernel as is; torch.compile treats it as a constant
+    (guarded with ``__eq__``, so another value recompiles); FX and export print it with
+    ``__fx_repr__``, which is added here when the class has none.
+    """
+    from torch._library import opaque_object
+
+    params = getattr(cls, "__dataclass_params__", None)
+    if params is None or not params.frozen:
+        raise SchemaProblem(None, f"config class {cls.__qualname__} is a mutable dataclass", "declare it @dataclasses.dataclass(frozen=True)")
+    if "<locals>" in cls.__qualname__:
+        raise SchemaProblem(None, f"config class {cls.__qualname__} is defined inside a function", "define it at module level (its name goes into the schema)")
+    hints = typing.get_type_hints(cls)
+    for field in dataclasses.fields(cls):
+        ann = hints.get(field.name)
+        elem = _element(ann)
+        if not (ann in _CONFIG_FIELDS or _optional_inner(ann) in _CONFIG_FIELDS or elem in _CONFIG_FIELDS):
+            raise SchemaProblem(
+                None,
+                f"config class {cls.__qualname__} field {field.name}: {format_annotation(ann)} cannot be part of a constant",
+                "use int, float, bool, str, their Optional forms, or tuple[T, ...] of them",
+            )
+    if not opaque_object.is_opaque_value_type(cls):
+        if "__fx_repr__" not in vars(cls):
+            cls.__fx_repr__ = _fx_repr  # type: ignore[attr-defined]
+        opaque_object.register_opaque_type(cls, typ="value")
+    return opaque_object.get_opaque_type_name(cls)
+
+
+def _fx_repr(self: Any) -> tuple[str, dict[str, type]]:
+    return repr(self), {type(self).__name__: type(self)}
 
 
 def _list_type(ann: Any) -> str | None:
@@ -331,6 +373,8 @@ def derive(fn: Any, mutates_args: Sequence[str], tags: Sequence[torch.Tag]) -> s
                 out_names.append(name)
         if p.kind is not p.KEYWORD_ONLY:
             positional.append((idx, name, ptype))
+        if p.default is not p.empty and dataclasses.is_dataclass(annotations[name]):
+            raise SchemaProblem(name, f"config parameter {name!r} has a default, which a schema cannot hold", f"drop the default; callers pass {name} explicitly")
         if p.default is not p.empty:
             try:
                 text += f" {name}={default_text(p.default, ptype)}"

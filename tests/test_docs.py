@@ -55,7 +55,7 @@ def test_doc_file(path: Path) -> None:
     namespace: dict[str, object] = {"__name__": f"docs_{path.stem.replace('-', '_')}"}
     for start, source in python_blocks(path):
         # Pad with blank lines so tracebacks point at the right line of the .md file.
-        code = compile("\n" * start + source, str(path), "exec")
+        code = compile("\n" * start + source, str(path), "exec", dont_inherit=True)
         exec(code, namespace)  # noqa: S102 - our own documentation
     leaked = set(_record._LIVE) - before
     assert not leaked, f"{path.name} leaves ops defined: {sorted(leaked)}; end it with opclass.remove_namespace(...)"

@@ -48,6 +48,7 @@ factory = _load("factory")
 data_dependent = _load("data_dependent")
 vmap_rule = _load("vmap_rule")
 variants = _load("variants")
+config_object = _load("config_object")
 NumpySin = numpy_sin.NumpySin
 AddInto, Sin_, SinOut = mutable_ops.AddInto, mutable_ops.Sin_, mutable_ops.SinOut
 WeightedSum = list_inputs.WeightedSum
@@ -55,6 +56,7 @@ NumpyEye = factory.NumpyEye
 NumpyNonzero = data_dependent.NumpyNonzero
 NumpyMul = vmap_rule.NumpyMul
 SoftplusNumpy, SoftplusTorch = variants.SoftplusNumpy, variants.SoftplusTorch
+FakeQuant, QuantConfig = config_object.FakeQuant, config_object.QuantConfig
 
 
 # --------------------------------------------------------------------------- running the scripts
@@ -154,6 +156,10 @@ def _softplus_torch_fn(x: Tensor) -> Tensor:
     return SoftplusTorch(x)
 
 
+def _fake_quant_fn(x: Tensor) -> Tensor:
+    return FakeQuant(x, QuantConfig(bits=4, scale=0.25)) * 2
+
+
 def _nonzero_input() -> Tensor:
     return torch.tensor([[0.0, 1.5, 0.0, -2.0], [3.0, 0.0, 0.0, 4.0], [0.0, 0.0, 0.0, 0.0]])
 
@@ -212,6 +218,12 @@ CASES = [
         compile_fn=_mul_fn,
         grad_inputs=lambda: (_r(3, 4, dtype=torch.double), _r(4, dtype=torch.double)),
         grad_fn=_mul_fn,
+    ),
+    Case(
+        "fake_quant", "config_object", "FakeQuant",
+        samples=lambda: [((torch.randn(3, 4), QuantConfig(4, 0.25)), {}), ((torch.randn(5) * 3, QuantConfig()), {}), ((torch.randn(()), QuantConfig(2, 1.0)), {})],
+        inputs=lambda: (torch.randn(3, 4),),
+        compile_fn=_fake_quant_fn,
     ),
     *(
         Case(
