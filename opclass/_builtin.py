@@ -9,6 +9,7 @@ from typing import Any, Callable
 import torch
 from torch import _C
 
+from ._alias import check_arity
 from ._hooks import Hook, HookContext, register_hook
 from ._record import OpRecord
 from ._register import checked_kernel
@@ -66,6 +67,20 @@ def device_hook(device_type: str | None) -> Hook:
 def _install_abstract(record: OpRecord, fn: Callable[..., Any]) -> None:
     record.fake = fn
     assert record.lib is not None
+    n_returns = len(record.schema.returns)
+    if n_returns > 1:
+        # torch 2.13 crashes the process on a too-long tuple from a fake kernel, as from a real one.
+        where = f"{record.qualname} ({record.cls_name}.abstract)"
+
+        def checked_abstract(*args: Any, **kwargs: Any) -> Any:
+            result = fn(*args, **kwargs)
+            if type(result) not in (tuple, list):
+                raise RuntimeError(f"{where}: the kernel returned {type(result).__name__}, but the op's schema declares {n_returns} outputs")
+            check_arity(where, n_returns, result)
+            return result
+
+        record.lib._register_fake(record.overload_name(), checked_abstract, _stacklevel=1)
+        return
     record.lib._register_fake(record.overload_name(), fn, _stacklevel=1)
 
 
@@ -88,17 +103,17 @@ def _check_setup_context(fn: Any, ctx: HookContext) -> None:
     params = inspect.signature(fn).parameters
     names = list(params)
     has_kw_only = any(a.kwarg_only for a in ctx.schema.arguments)
-    if "keyword_only_inputs" in names:
+    if has_kw_only and names == ["ctx", "inputs", "output"]:
+        ctx.fail(
+            "the op has keyword-only arguments, which setup_context would not see",
+            "write setup_context(ctx, inputs, keyword_only_inputs, output)",
+        )
+    if "keyword_only_inputs" in names or has_kw_only:
         expected = ["ctx", "inputs", "keyword_only_inputs", "output"]
     else:
         expected = ["ctx", "inputs", "output"]
     if names != expected:
         ctx.fail(f"takes ({', '.join(names)})", f"write setup_context({', '.join(expected)})")
-    if has_kw_only and "keyword_only_inputs" not in names:
-        ctx.fail(
-            "the op has keyword-only arguments, which setup_context would not see",
-            "write setup_context(ctx, inputs, keyword_only_inputs, output)",
-        )
 
 
 def _install_setup_context(record: OpRecord, fn: Callable[..., Any]) -> None:

@@ -7,7 +7,7 @@ import linecache
 import weakref
 from typing import Any, Callable
 
-from ._fastpath import fast_source
+from ._fastpath import collides, fast_source
 from ._record import OpRecord
 
 _COUNTER = itertools.count()
@@ -52,7 +52,10 @@ def call_source(record: OpRecord, name: str) -> tuple[str, dict[str, Any]]:
         (keywords if p.kind is p.KEYWORD_ONLY else positional).append(p.name)
     call_args = ", ".join(positional + [f"{k}={k}" for k in keywords])
     source = f"def {name}({', '.join(params)}):\n    return _op({call_args})\n"
+    if collides(source, closure, record):
+        source = f"def {name}(*args, **kwargs):\n    return _op(*args, **kwargs)\n"
     return source, closure
+
 
 
 def make_call(record: OpRecord, cls: type) -> Callable[..., Any]:

@@ -17,6 +17,7 @@ Guards, in order of cost:
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from typing import Any, Callable
 
@@ -169,7 +170,17 @@ def fast_source(record: OpRecord, name: str) -> tuple[str, dict[str, Any]] | Non
     else:
         lines = gen.python(tensors, lists, value_guards)
     source = "\n".join([f"def {name}({gen.signature()}):", *lines, f"    return _op({gen.call_args})"]) + "\n"
+    if collides(source, closure, record):
+        return None  # a parameter would shadow the generated code's own names: dispatcher only
     return source, closure
+
+
+def collides(source: str, closure: dict[str, Any], record: OpRecord) -> bool:
+    """Whether an op parameter is named like one of the generated function's own variables
+    (``_op``, ``_out``...), which it would shadow."""
+    tree = ast.parse(source)
+    own = set(closure) | {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return any(a.name in own for a in record.schema.arguments)
 
 
 def _config_classes(record: OpRecord) -> dict[str, type]:

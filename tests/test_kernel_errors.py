@@ -1,0 +1,491 @@
+"""Hooks that raise or return the wrong thing: the caller gets the user's error, and nothing is left half-done.
+
+* A kernel that raises: the very exception object (type, message) reaches the caller from
+  ``MyOp(...)`` and from ``MyOp.op(...)``, with the kernel's own frame innermost in its traceback;
+  with plain and ``requires_grad`` inputs, with grad, under ``no_grad`` and ``inference_mode``. The
+  inputs are unchanged (a mutating op's version counter is not bumped when its kernel raises before
+  writing) and the next, good call works.
+* Autograd state after a failed forward: no ``.grad``, no graph holding the inputs, correct
+  gradients from the next call, ``gradcheck`` passes.
+* A ``backward`` that raises: the error comes out of ``.backward()``, no gradient is accumulated,
+  and a later forward + backward works.
+* An ``abstract`` that raises, under ``FakeTensorMode`` and with meta Tensors.
+* Kernels returning the wrong thing (a float for a Tensor, an input for a functional op, a tuple of
+  the wrong length): the same exception type and message on both call paths. The wrong output
+  counts ``tests/test_outputs.py`` already covers (a 3-tuple for two outputs, in grad mode) are not
+  repeated here.
+* An ``abstract`` returning the wrong thing: a float or too few outputs (the same error on both
+  paths); too many outputs (in child processes: torch's dispatcher may crash on it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+import types
+import weakref
+from typing import Any, Callable, Optional
+
+import pytest
+import torch
+from torch import Tensor
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+from opclass import CustomOp
+
+# Every exception a hook of this file raises, in order: the caller must get these very objects.
+RAISED: list[BaseException] = []
+
+
+def _remember(e: BaseException) -> BaseException:
+    RAISED.append(e)
+    return e
+
+
+# --------------------------------------------------------------------------- the ops
+
+
+def _mul(ns: str) -> Any:
+    class Mul(CustomOp, name=f"{ns}::mul"):
+        """x * y; each hook raises on request: the kernel for x.sum() < 0, abstract for 2-d
+        inputs, backward for a negative incoming gradient."""
+
+        @staticmethod
+        def cpu(x: Tensor, y: Tensor) -> Tensor:
+            if x.sum() < 0:
+                raise _remember(ValueError("boom from kernel"))
+            return x * y
+
+        @staticmethod
+        def abstract(x: Tensor, y: Tensor) -> Tensor:
+            if x.dim() == 2:
+                raise _remember(ValueError("boom from abstract"))
+            return torch.empty_like(x)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(*inputs)
+
+        @staticmethod
+        def backward(ctx, grad):
+            if (grad < 0).any():
+                raise _remember(ValueError("boom from backward"))
+            x, y = ctx.saved_tensors
+            return grad * y, grad * x
+
+    return Mul
+
+
+def _mul_kw(ns: str) -> Any:
+    class MulKw(CustomOp, name=f"{ns}::mul_kw"):
+        """Mul with a keyword-only argument: the fast path goes through the op's generic Function."""
+
+        @staticmethod
+        def cpu(x: Tensor, y: Tensor, *, k: float = 1.0) -> Tensor:
+            if x.sum() < 0:
+                raise _remember(ValueError("boom from kernel"))
+            return x * y * k
+
+        @staticmethod
+        def abstract(x: Tensor, y: Tensor, *, k: float = 1.0) -> Tensor:
+            if x.dim() == 2:
+                raise _remember(ValueError("boom from abstract"))
+            return torch.empty_like(x)
+
+        @staticmethod
+        def setup_context(ctx, inputs, keyword_only_inputs, output):
+            ctx.save_for_backward(*inputs)
+            ctx.k = keyword_only_inputs["k"]
+
+        @staticmethod
+        def backward(ctx, grad):
+            if (grad < 0).any():
+                raise _remember(ValueError("boom from backward"))
+            x, y = ctx.saved_tensors
+            return grad * y * ctx.k, grad * x * ctx.k
+
+    return MulKw
+
+
+def _add_into(ns: str) -> Any:
+    class AddInto(CustomOp, name=f"{ns}::add_into", mutates_args=("out",)):
+        """out += x; raises before writing anything when x.sum() < 0."""
+
+        @staticmethod
+        def cpu(x: Tensor, out: Tensor) -> None:
+            if x.sum() < 0:
+                raise _remember(ValueError("boom from kernel"))
+            out.add_(x)
+
+    return AddInto
+
+
+OPS: dict[str, Callable[[str], Any]] = {"mul": _mul, "mul_kw": _mul_kw, "add_into": _add_into}
+DIFFERENTIABLE = ["mul", "mul_kw"]
+CONTEXTS: dict[str, Callable[[], Any]] = {
+    "grad": contextlib.nullcontext,
+    "no_grad": torch.no_grad,
+    "inference_mode": torch.inference_mode,
+}
+PATHS = ["MyOp", "MyOp.op"]
+
+
+def _fn(cls: Any, path: str) -> Callable[..., Any]:
+    fn: Callable[..., Any] = cls if path == "MyOp" else cls.op
+    return fn
+
+
+def _kwargs(op_name: str) -> dict[str, Any]:
+    return {"k": 2.0} if op_name == "mul_kw" else {}
+
+
+def _expected(op_name: str, x: Tensor, second: Tensor) -> Tensor:
+    """What a good call returns (``mul``, ``mul_kw``) or writes into ``second`` (``add_into``)."""
+    x, second = x.detach(), second.detach()
+    return {"mul": x * second, "mul_kw": x * second * 2.0, "add_into": second + x}[op_name]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _raises(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> BaseException:
+    """The exception ``fn(*args, **kwargs)`` raises (failing the test if it raises none)."""
+    try:
+        fn(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001 - every exception is the subject here
+        return e
+    raise AssertionError(f"{fn} did not raise")
+
+
+def _frames(tb: Optional[types.TracebackType]) -> list[types.CodeType]:
+    codes = []
+    while tb is not None:
+        codes.append(tb.tb_frame.f_code)
+        tb = tb.tb_next
+    return codes
+
+
+def _assert_user_error(e: BaseException, message: str, hook: str) -> None:
+    """``e`` is the last exception a hook of this file raised, and the hook's frame is innermost."""
+    assert RAISED and e is RAISED[-1], f"got {type(e).__name__}({e}), not the object the {hook} raised"
+    assert type(e) is ValueError and str(e) == message
+    innermost = _frames(e.__traceback__)[-1]
+    assert (innermost.co_name, innermost.co_filename) == (hook, __file__), f"innermost frame: {innermost}"
+
+
+def _state(t: Tensor) -> tuple[Any, ...]:
+    return (t.detach().clone(), t._version, t.grad is not None, t.requires_grad, t.is_leaf)
+
+
+def _assert_unchanged(before: tuple[Any, ...], t: Tensor, label: str) -> None:
+    after = _state(t)
+    assert torch.equal(before[0], after[0]), f"{label}: values changed by a failed call"
+    assert before[1:] == after[1:], f"{label}: (version, grad, requires_grad, is_leaf) {before[1:]} -> {after[1:]}"
+
+
+# --------------------------------------------------------------------------- a raising kernel
+
+
+@pytest.mark.parametrize("context", list(CONTEXTS))
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["plain", "requires_grad"])
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("op_name", list(OPS))
+def test_kernel_exception_reaches_the_caller(ns: str, op_name: str, path: str, requires_grad: bool, context: str) -> None:
+    cls = OPS[op_name](ns)
+    fn = _fn(cls, path)
+    x = torch.full((3,), -1.0, requires_grad=requires_grad)
+    # The mutated Tensor never requires grad; the other input of mul does when asked.
+    second = torch.arange(3.0).requires_grad_(requires_grad and op_name != "add_into")
+    before = [_state(x), _state(second)]
+    RAISED.clear()
+    with CONTEXTS[context]():
+        e = _raises(fn, x, second, **_kwargs(op_name))
+    _assert_user_error(e, "boom from kernel", "cpu")
+    # Nothing written, no version bumped (opclass bumps after the kernel returns), no grad.
+    _assert_unchanged(before[0], x, "x")
+    _assert_unchanged(before[1], second, "out" if op_name == "add_into" else "y")
+
+    x_good = torch.ones(3, requires_grad=requires_grad)
+    version = second._version
+    with CONTEXTS[context]():
+        out = fn(x_good, second, **_kwargs(op_name))
+    if op_name == "add_into":
+        assert out is None and torch.equal(second, _expected(op_name, x_good, before[1][0]))
+        assert second._version > version, "the good call did not bump the mutated Tensor's version"
+    else:
+        assert torch.equal(out.detach(), _expected(op_name, x_good, second))
+        assert out.requires_grad == (requires_grad and context == "grad")
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("op_name", DIFFERENTIABLE)
+def test_failed_forward_leaves_no_autograd_state(ns: str, op_name: str, path: str) -> None:
+    cls = OPS[op_name](ns)
+    fn = _fn(cls, path)
+    kwargs = _kwargs(op_name)
+    x = torch.full((3,), -1.0, requires_grad=True)
+    y = torch.arange(1.0, 4.0, requires_grad=True)
+    for _ in range(2):
+        _raises(fn, x, y, **kwargs)
+    assert (x.grad, y.grad) == (None, None)
+    assert x.is_leaf and y.is_leaf and x.grad_fn is None and (x._version, y._version) == (0, 0)
+
+    # No graph (node, ctx, saved tensor) outlives the failed call: its inputs can be freed.
+    def failed_call_refs() -> list[weakref.ref[Tensor]]:
+        a, b = torch.full((3,), -1.0, requires_grad=True), torch.ones(3, requires_grad=True)
+        try:
+            fn(a, b, **kwargs)
+        except ValueError:
+            pass
+        return [weakref.ref(a), weakref.ref(b)]
+
+    RAISED.clear()  # (they hold tracebacks, whose frames hold the inputs)
+    refs = failed_call_refs()
+    RAISED.clear()
+    gc.collect()  # reference cycles are not leaks; what must not exist is a live reference
+    assert [r() for r in refs] == [None, None], "a failed call left references to its inputs"
+
+    # The next call and its backward give exactly the gradients of that call.
+    x_good = torch.ones(3, requires_grad=True)
+    fn(x_good, y, **kwargs).sum().backward()
+    k = kwargs.get("k", 1.0)
+    assert x_good.grad is not None and y.grad is not None
+    assert torch.equal(x_good.grad, y.detach() * k) and torch.equal(y.grad, torch.full((3,), k))
+    assert x.grad is None
+
+    a = (torch.rand(3, dtype=torch.float64) + 0.5).requires_grad_()
+    b = torch.rand(3, dtype=torch.float64, requires_grad=True)
+    _raises(fn, -a, b, **kwargs)
+    assert torch.autograd.gradcheck(lambda u, v: fn(u, v, **kwargs), (a, b))
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("op_name", DIFFERENTIABLE)
+def test_raising_backward(ns: str, op_name: str, path: str) -> None:
+    cls = OPS[op_name](ns)
+    fn = _fn(cls, path)
+    kwargs = _kwargs(op_name)
+    x = torch.ones(3, requires_grad=True)
+    y = torch.arange(1.0, 4.0, requires_grad=True)
+    out = fn(x, y, **kwargs)
+    RAISED.clear()
+    e = _raises(out.backward, torch.full((3,), -1.0))
+    _assert_user_error(e, "boom from backward", "backward")
+    assert (x.grad, y.grad) == (None, None), "a failed backward accumulated gradients"
+
+    fn(x, y, **kwargs).backward(torch.ones(3))
+    k = kwargs.get("k", 1.0)
+    assert x.grad is not None and y.grad is not None
+    assert torch.equal(x.grad, y.detach() * k) and torch.equal(y.grad, torch.full((3,), k))
+
+
+@pytest.mark.parametrize("where", ["fake_tensor_mode", "meta"])
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["plain", "requires_grad"])
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("op_name", DIFFERENTIABLE)
+def test_raising_abstract(ns: str, op_name: str, path: str, requires_grad: bool, where: str) -> None:
+    cls = OPS[op_name](ns)
+    fn = _fn(cls, path)
+    kwargs = _kwargs(op_name)
+    device = "meta" if where == "meta" else "cpu"
+    with FakeTensorMode() if where == "fake_tensor_mode" else contextlib.nullcontext():
+        RAISED.clear()
+        bad = torch.ones(2, 2, device=device, requires_grad=requires_grad)
+        e = _raises(fn, bad, torch.ones(2, 2, device=device), **kwargs)
+        _assert_user_error(e, "boom from abstract", "abstract")
+        assert bad.grad is None and bad._version == 0
+        out = fn(torch.ones(3, device=device, requires_grad=requires_grad), torch.ones(3, device=device), **kwargs)
+    assert isinstance(out, FakeTensor) == (where == "fake_tensor_mode")
+    assert out.shape == (3,) and out.device.type == device and out.requires_grad == requires_grad
+
+
+# --------------------------------------------------------------------------- wrong kernel results
+
+
+def _ret(ns: str) -> Any:
+    class Ret(CustomOp, name=f"{ns}::ret"):
+        @staticmethod
+        def cpu(x: Tensor, how: str) -> Tensor:
+            return {
+                "float": lambda: 3.0,
+                "input": lambda: x,
+                "view_of_input": lambda: x[1:],
+                "pair": lambda: (x * 1, x * 2),
+                "none": lambda: None,
+            }[how]()  # type: ignore[no-untyped-call, return-value]  # wrong on purpose
+
+    return Ret
+
+
+def _ret_kw(ns: str) -> Any:
+    class RetKw(CustomOp, name=f"{ns}::ret_kw"):
+        @staticmethod
+        def cpu(x: Tensor, *, how: str) -> Tensor:
+            wrong = {"float": lambda: 3.0, "input": lambda: x, "view_of_input": lambda: x[1:]}
+            return wrong[how]()  # type: ignore[no-untyped-call, return-value]  # wrong on purpose
+
+    return RetKw
+
+
+def _pair(ns: str) -> Any:
+    class Pair(CustomOp, name=f"{ns}::pair"):
+        @staticmethod
+        def cpu(x: Tensor, how: str) -> tuple[Tensor, Tensor]:
+            return {
+                "one": lambda: (x * 1,),
+                "three_in_a_list": lambda: [x * 1, x * 2, x * 3],
+                "bare_tensor": lambda: x * 1,
+                "float_in_tuple": lambda: (x * 1, 2.0),
+                "input_in_tuple": lambda: (x * 1, x),
+            }[how]()  # type: ignore[no-untyped-call, return-value]  # wrong on purpose
+
+    return Pair
+
+
+@dataclasses.dataclass
+class WrongResult:
+    op: Callable[[str], Any]
+    how: str
+    exc: Optional[type[BaseException]]  # what the dispatcher raises (None: nothing)
+    says: str  # the message contains this; "{where}" is "ns::op (Cls.cpu)", for opclass's own messages
+
+
+_ALIAS = "{where}: the output of this custom operator (1) must not also be an input"
+WRONG_RESULTS: dict[str, WrongResult] = {
+    "float_for_tensor": WrongResult(_ret, "float", RuntimeError, "Unable to cast 3.0 to Tensor"),
+    "input_returned": WrongResult(_ret, "input", RuntimeError, _ALIAS),
+    "view_of_input_returned": WrongResult(_ret, "view_of_input", RuntimeError, _ALIAS),
+    "tuple_for_tensor": WrongResult(_ret, "pair", RuntimeError, "to Tensor"),
+    # The dispatcher turns None into an undefined Tensor, which Python sees as None again.
+    "none_for_tensor": WrongResult(_ret, "none", None, ""),
+    "keyword_only_float_for_tensor": WrongResult(_ret_kw, "float", RuntimeError, "Unable to cast 3.0 to Tensor"),
+    "keyword_only_input_returned": WrongResult(_ret_kw, "input", RuntimeError, _ALIAS),
+    "keyword_only_view_of_input_returned": WrongResult(_ret_kw, "view_of_input", RuntimeError, _ALIAS),
+    "one_of_two": WrongResult(_pair, "one", RuntimeError, "{where}: the kernel returned 1 values, but the op's schema declares 2 outputs"),
+    "three_of_two_in_a_list": WrongResult(
+        _pair, "three_in_a_list", RuntimeError, "{where}: the kernel returned 3 values, but the op's schema declares 2 outputs"
+    ),
+    "bare_tensor_for_two": WrongResult(_pair, "bare_tensor", TypeError, "is not an instance of 'sequence'"),
+    "float_in_tuple": WrongResult(_pair, "float_in_tuple", RuntimeError, "Unable to cast 2.0 to Tensor"),
+    "input_in_tuple": WrongResult(_pair, "input_in_tuple", RuntimeError, _ALIAS),
+}
+
+
+def _outcome(fn: Callable[..., Any], kw_only: bool, how: str, requires_grad: bool, context: str) -> tuple[Any, ...]:
+    """(exception type, message, output) of one call on fresh inputs, and the input's state around it."""
+    x = torch.arange(1.0, 4.0, requires_grad=requires_grad)
+    before = _state(x)
+    with CONTEXTS[context]():
+        try:
+            out = fn(x, how=how) if kw_only else fn(x, how)
+            result: tuple[Any, ...] = (None, None, out)
+        except Exception as e:  # noqa: BLE001
+            result = (type(e), str(e), None)
+    _assert_unchanged(before, x, "x")
+    return result
+
+
+@pytest.mark.parametrize("context", list(CONTEXTS))
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["plain", "requires_grad"])
+@pytest.mark.parametrize("case", list(WRONG_RESULTS))
+def test_wrong_kernel_result_matches_the_dispatcher(ns: str, case: str, requires_grad: bool, context: str) -> None:
+    wrong = WRONG_RESULTS[case]
+    cls = wrong.op(ns)
+    kw_only = any(a.kwarg_only for a in cls.record.schema.arguments)
+    fast = _outcome(cls, kw_only, wrong.how, requires_grad, context)
+    slow = _outcome(cls.op, kw_only, wrong.how, requires_grad, context)
+    assert slow[0] is wrong.exc, f"the dispatcher: {slow[:2]}"
+    assert fast[:2] == slow[:2]
+    if wrong.exc is None:
+        assert fast[2] is None and slow[2] is None
+    else:
+        where = f"{cls.qualname} ({cls.__name__}.cpu)"
+        assert wrong.says.format(where=where) in fast[1]
+
+
+# --------------------------------------------------------------------------- wrong abstract results
+
+
+def _bad_abstract(ns: str) -> Any:
+    class BadAbstract(CustomOp, name=f"{ns}::bad_abstract"):
+        @staticmethod
+        def cpu(x: Tensor, how: str) -> tuple[Tensor, Tensor]:
+            return x * 1, x * 2
+
+        @staticmethod
+        def abstract(x: Tensor, how: str) -> tuple[Tensor, Tensor]:
+            wrong = {"float": lambda: (torch.empty_like(x), 2.0), "one": lambda: (torch.empty_like(x),)}
+            return wrong[how]()  # type: ignore[no-untyped-call, return-value]  # wrong on purpose
+
+    return BadAbstract
+
+
+@pytest.mark.parametrize("how", ["float", "one"])
+@pytest.mark.parametrize("where", ["fake_tensor_mode", "meta"])
+def test_wrong_abstract_result_matches_the_dispatcher(ns: str, where: str, how: str) -> None:
+    cls = _bad_abstract(ns)
+    outcomes = []
+    for fn in (cls, cls.op):
+        with FakeTensorMode() if where == "fake_tensor_mode" else contextlib.nullcontext():
+            e = _raises(fn, torch.ones(2, device="meta" if where == "meta" else "cpu"), how)
+        outcomes.append((type(e), str(e)))
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][0] is RuntimeError
+    if how == "one":  # opclass's arity check, naming the op and the hook
+        assert outcomes[0][1] == f"{ns}::bad_abstract (BadAbstract.abstract): the kernel returned 1 values, but the op's schema declares 2 outputs"
+
+
+_CHILD = """
+import sys
+import torch
+from torch import Tensor
+from torch._subclasses.fake_tensor import FakeTensorMode
+from opclass import CustomOp
+
+class TooMany(CustomOp, name="kernel_errors_child::too_many"):
+    @staticmethod
+    def cpu(x: Tensor) -> tuple[Tensor, Tensor]:
+        return x * 1, x * 2
+
+    @staticmethod
+    def abstract(x: Tensor) -> tuple[Tensor, Tensor]:
+        return torch.empty_like(x), torch.empty_like(x), torch.empty_like(x)
+
+for label, fn in (("MyOp", TooMany), ("MyOp.op", TooMany.op)):
+    try:
+        if sys.argv[1] == "meta":
+            fn(torch.ones(2, device="meta"))
+        else:
+            with FakeTensorMode():
+                fn(torch.ones(2))
+        print(label, "no exception", flush=True)
+    except Exception as e:
+        print(label, type(e).__name__, str(e).replace(chr(10), " "), flush=True)
+"""
+
+
+def test_abstract_returning_too_many_outputs_is_an_error_not_a_crash() -> None:
+    """As for kernels (tests/test_outputs.py): an ``abstract`` returning 3 values for 2 outputs must
+    raise, on both call paths, not take the interpreter down (torch 2.13's dispatcher crashes on it).
+    Checked with meta Tensors and under FakeTensorMode, each in a child process (run side by side)."""
+    children = {
+        where: subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(_CHILD), where],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ},
+        )
+        for where in ("meta", "fake_tensor_mode")
+    }
+    results = {where: (*child.communicate(timeout=120), child.returncode) for where, child in children.items()}
+    for where, (stdout, stderr, returncode) in results.items():
+        assert returncode == 0, f"{where}: the child process died with {returncode}: {stderr[-2000:]}"
+        lines = dict(line.split(" ", 1) for line in stdout.splitlines())
+        assert lines["MyOp"] == lines["MyOp.op"] and lines["MyOp"].startswith("RuntimeError"), (where, lines)
+        assert "kernel_errors_child::too_many" in lines["MyOp"], (where, lines)
