@@ -7,6 +7,7 @@ from typing import Any, Callable
 import inspect
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 from torch import _C
 
 from . import _native
@@ -71,7 +72,8 @@ def build_autograd_functions(record: OpRecord) -> tuple[type[torch.autograd.Func
             )
         return result
 
-    def forward(ctx: Any, *flat: Any) -> Any:
+    # setup_context style (forward takes no ctx): what torch.func transforms require.
+    def forward(*flat: Any) -> Any:
         call: _Call = flat[-1]
         args = flat[: call.n_args]
         kwargs = dict(zip(call.kw_names, flat[call.n_args : -1]))
@@ -79,15 +81,35 @@ def build_autograd_functions(record: OpRecord) -> tuple[type[torch.autograd.Func
             out = below(call.kernel, *args, **kwargs)  # the checked kernel: outputs already checked
             if not is_exact(out):
                 out = convert(out)
+        elif call.keyset is None:
+            # Under torch.func: the level above was just taken care of; the op meets the
+            # levels below (or none) afresh.
+            out = functorch_entry(*args, **kwargs)
         else:
             with _C._AutoDispatchBelowAutograd():
                 out = record.op.redispatch(call.keyset & _AFTER_AUTOGRAD, *args, **kwargs)  # type: ignore[union-attr]
+        return out
+
+    def setup_context(ctx: Any, flat: tuple[Any, ...], out: Any) -> None:
+        call: _Call = flat[-1]
         setup = record.setup_context
         if setup is not None:
+            args = flat[: call.n_args]
+            kwargs = dict(zip(call.kw_names, flat[call.n_args : -1]))
             inputs = tuple(args) + tuple(pos_defaults[len(args) :])
             setup(ctx, inputs, {**kw_defaults, **kwargs}, out)
         ctx._opclass_call = call
-        return out
+
+    def jvp(ctx: Any, *tangents: Any) -> Any:
+        call: _Call = ctx._opclass_call
+        if record.jvp is None:
+            raise RuntimeError(
+                f"Trying to use forward-mode AD with {qualname} but no forward-mode formula was registered: "
+                f"define jvp on {cls_name}"
+            )
+        # One tangent per positional input (None past those given), as backward returns grads.
+        pos = tuple(tangents[: call.n_args]) + (None,) * (n_pos - call.n_args)
+        return record.jvp(ctx, *pos)
 
     def backward(ctx: Any, *grads: Any) -> Any:
         call: _Call = ctx._opclass_call
@@ -128,7 +150,37 @@ def build_autograd_functions(record: OpRecord) -> tuple[type[torch.autograd.Func
         # Same class name as the dispatcher's Function: grad_fn reads the same on both paths.
         return _function_class(f"{cls_name}Function", fast_forward, fast_backward, schema, f"{cls_name}Function[{device or 'default'}]")
 
-    generic = _function_class(f"{cls_name}Function", forward, backward, schema)
+    def vmap(info: Any, in_dims: tuple[Any, ...], *flat: Any) -> Any:
+        # A vmap level under a grad/jvp level: batch the op itself (its vmap hook, or torch's
+        # per-sample fallback), under a vmap of our own.
+        call: _Call = flat[-1]
+
+        def one(*values: Any) -> Any:
+            return functorch_entry(*values[: call.n_args], **dict(zip(call.kw_names, values[call.n_args :])))
+
+        out = torch.vmap(one, in_dims=tuple(in_dims[:-1]), randomness=info.randomness)(*flat[:-1])
+        return out, (0,) * len(out) if isinstance(out, tuple) else 0
+
+    def functorch_entry(*args: Any, **kwargs: Any) -> Any:
+        """The op's call while torch.func transforms are active (from the class call, never
+        from inside the dispatcher, where functorch's handling of Functions cannot run).
+        A grad/jvp level on top applies the Function; vmap levels reach the op's batching rule."""
+        if _C._are_functorch_transforms_active() and _top_level_differentiates():
+            return generic.apply(*args, *kwargs.values(), _Call(None, len(args), tuple(kwargs)))
+        return record.op(*args, **kwargs)  # type: ignore[misc]
+
+    if _has_lists(schema):
+        # torch's supports_tensorlist wraps only forward(ctx, ...)-style Functions: Tensor-list
+        # ops keep that style, and so get no torch.func transforms and no jvp.
+        def forward_with_ctx(ctx: Any, *flat: Any) -> Any:
+            out = forward(*flat)
+            setup_context(ctx, flat, out)
+            return out
+
+        generic = _function_class(f"{cls_name}Function", forward_with_ctx, backward, schema)
+    else:
+        generic = _function_class(f"{cls_name}Function", forward, backward, schema, setup_context=setup_context, jvp=jvp, vmap=vmap)
+    record.functorch_entry = functorch_entry
     fast: dict[str, type[torch.autograd.Function]] = {}
     if not kw_only:
         for device in ("cpu", "cuda"):
@@ -139,16 +191,30 @@ def build_autograd_functions(record: OpRecord) -> tuple[type[torch.autograd.Func
 
 
 def _function_class(
-    name: str, forward: Callable[..., Any], backward: Callable[..., Any], schema: Any, qualname: str | None = None
+    name: str,
+    forward: Callable[..., Any],
+    backward: Callable[..., Any],
+    schema: Any,
+    qualname: str | None = None,
+    **extra: Callable[..., Any],
 ) -> type[torch.autograd.Function]:
-    fn_cls = type(name, (torch.autograd.Function,), {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+    body: dict[str, Any] = {"forward": staticmethod(forward), "backward": staticmethod(backward)}
+    body.update({k: staticmethod(v) for k, v in extra.items()})
+    fn_cls = type(name, (torch.autograd.Function,), body)
     fn_cls.__module__ = __name__
     fn_cls.__qualname__ = qualname or name
-    if any(_is_list(a.type) for a in (*schema.arguments, *schema.returns)):
+    if _has_lists(schema):
         from torch._library.autograd import supports_tensorlist
 
         fn_cls = supports_tensorlist(fn_cls)
     return fn_cls
+
+
+def _top_level_differentiates() -> bool:
+    from torch._functorch.pyfunctorch import retrieve_current_functorch_interpreter
+    from torch._C._functorch import TransformType
+
+    return retrieve_current_functorch_interpreter().key() in (TransformType.Grad, TransformType.Jvp)
 
 
 def call_below_autograd() -> Callable[..., Any]:
@@ -165,8 +231,9 @@ def call_below_autograd() -> Callable[..., Any]:
     return below
 
 
-def _is_list(t: Any) -> bool:
-    return "List[" in str(t) and "Tensor" in str(t)
+def _has_lists(schema: Any) -> bool:
+    """Tensor-list arguments or returns."""
+    return any("List[" in str(a.type) and "Tensor" in str(a.type) for a in (*schema.arguments, *schema.returns))
 
 
 def _needs_input_grad(flags: tuple[Any, ...], call: _Call, kw_index: dict[str, int], n_pos: int) -> tuple[Any, ...]:
@@ -204,6 +271,7 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
     assert fn_cls is not None
     apply: Callable[..., Any] = fn_cls.apply
     is_out = record.is_out
+    functional = not record.mutated
     opname = record.name
     plain = plain_keysets(record)
     bump_positions = [i for i in record.mutated if not record.schema.arguments[i].kwarg_only]
@@ -259,6 +327,11 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
                     f"{opname}(): functions with out=... arguments don't support automatic "
                     "differentiation, but one of the arguments requires grad."
                 )
+            # Under torch.func transforms the Function's forward dispatches the op afresh.
+            call_keyset = None if _C._are_functorch_transforms_active() else keyset
+            return apply(*args, *kwargs.values(), _Call(call_keyset, len(args), tuple(kwargs)))
+        if functional and _forward_ad._current_level >= 0:
+            # Dual tensors need not require grad: let the Function give tangents (or say it cannot).
             return apply(*args, *kwargs.values(), _Call(keyset, len(args), tuple(kwargs)))
         kernel = plain.get(keyset.raw_repr())
         if kernel is None:

@@ -361,7 +361,8 @@ def install(record: OpRecord) -> None:
     """Define the op and run every hook's installer (also used to restore a replaced op)."""
     record.kernels.clear()
     record.user_kernels.clear()
-    record.fake = record.setup_context = record.backward = None
+    record.fake = record.setup_context = record.backward = record.jvp = None
+    record.samples = None
     _register.define(record)
     # Registry order, not class-body order: an installer may rely on earlier hooks' results.
     for name, hook in hooks().items():

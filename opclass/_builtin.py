@@ -138,6 +138,19 @@ def _install_backward(record: OpRecord, fn: Callable[..., Any]) -> None:
     record.backward = fn
 
 
+def _check_jvp(fn: Any, ctx: HookContext) -> None:
+    _check_autograd(fn, ctx)
+    n = _positional_count(fn)
+    n_args = sum(not a.kwarg_only for a in ctx.schema.arguments)
+    if n is not None and n != 1 + n_args:
+        args = ", ".join(f"{a.name}_t" for a in ctx.schema.arguments if not a.kwarg_only)
+        ctx.fail(f"takes {n} positional parameters, but the op has {n_args} positional input(s)", f"write jvp(ctx, {args}) returning the output tangent(s)")
+
+
+def _install_jvp(record: OpRecord, fn: Callable[..., Any]) -> None:
+    record.jvp = fn
+
+
 # --------------------------------------------------------------------------- vmap, autocast, torch_dispatch
 
 
@@ -213,6 +226,26 @@ def _install_torch_dispatch(record: OpRecord, value: dict[type, Callable[..., An
         torch.library.register_torch_dispatch(record.qualname, cls, rule, lib=record.lib)
 
 
+# --------------------------------------------------------------------------- samples (metadata only)
+
+
+def _check_samples(fn: Any, ctx: HookContext) -> None:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return
+    if any(p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+        ctx.fail(
+            f"takes ({', '.join(p.name for p in params)}), but it is called with no arguments",
+            "write samples() with no parameters, returning or yielding opclass.testing.Sample(args, kwargs) or tuples of arguments",
+        )
+
+
+def _install_samples(record: OpRecord, fn: Callable[..., Any]) -> None:
+    # Metadata for opclass.testing: no dispatcher registration, nothing the fast path reads.
+    record.samples = fn
+
+
 def register_builtin_hooks() -> None:
     """Register opclass's hooks (import time). Order is installation order."""
     register_hook(device_hook(None))
@@ -221,6 +254,8 @@ def register_builtin_hooks() -> None:
     register_hook(Hook("abstract", _install_abstract, kernel=True, doc="fake (meta) kernel for torch.compile/export; torch.library.get_ctx() works inside"))
     register_hook(Hook("setup_context", _install_setup_context, check=_check_setup_context, requires=("backward",), doc="save what backward needs: (ctx, inputs, output)"))
     register_hook(Hook("backward", _install_backward, check=_check_backward, requires=("setup_context",), doc="gradients of the inputs: (ctx, *grads)"))
+    register_hook(Hook("jvp", _install_jvp, check=_check_jvp, requires=("setup_context",), doc="forward-mode AD: (ctx, *input_tangents) -> output tangent(s)"))
     register_hook(Hook("vmap", _install_vmap, check=_check_vmap, doc="batching rule (info, in_dims, *args) -> (output, out_dims)"))
     register_hook(Hook("autocast", _install_autocast, check=_check_autocast, staticmethod=False, doc="dict device type -> dtype: cast floating inputs under autocast"))
     register_hook(Hook("torch_dispatch", _install_torch_dispatch, check=_check_torch_dispatch, staticmethod=False, doc="dict Tensor subclass / TorchDispatchMode -> rule"))
+    register_hook(Hook("samples", _install_samples, check=_check_samples, doc="representative inputs for opclass.testing: () -> Sample or args tuples"))

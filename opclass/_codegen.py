@@ -7,7 +7,7 @@ import linecache
 import weakref
 from typing import Any, Callable
 
-from ._fastpath import collides, fast_source
+from ._fastpath import collides, fast_source, functorch_lines
 from ._record import OpRecord
 
 _COUNTER = itertools.count()
@@ -51,7 +51,8 @@ def call_source(record: OpRecord, name: str) -> tuple[str, dict[str, Any]]:
         params.append(text)
         (keywords if p.kind is p.KEYWORD_ONLY else positional).append(p.name)
     call_args = ", ".join(positional + [f"{k}={k}" for k in keywords])
-    source = f"def {name}({', '.join(params)}):\n    return _op({call_args})\n"
+    lines = [f"def {name}({', '.join(params)}):", *functorch_lines(record, closure, call_args), f"    return _op({call_args})"]
+    source = "\n".join(lines) + "\n"
     if collides(source, closure, record):
         source = f"def {name}(*args, **kwargs):\n    return _op(*args, **kwargs)\n"
     return source, closure

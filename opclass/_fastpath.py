@@ -169,10 +169,20 @@ def fast_source(record: OpRecord, name: str) -> tuple[str, dict[str, Any]] | Non
         lines = gen.native(native, tensors, lists, value_guards)
     else:
         lines = gen.python(tensors, lists, value_guards)
-    source = "\n".join([f"def {name}({gen.signature()}):", *lines, f"    return _op({gen.call_args})"]) + "\n"
+    source = "\n".join([f"def {name}({gen.signature()}):", *lines, *functorch_lines(record, closure, gen.call_args), f"    return _op({gen.call_args})"]) + "\n"
     if collides(source, closure, record):
         return None  # a parameter would shadow the generated code's own names: dispatcher only
     return source, closure
+
+
+def functorch_lines(record: OpRecord, closure: dict[str, Any], call_args: str) -> list[str]:
+    """Under torch.func transforms, an op with a formula is differentiated from Python: the
+    dispatcher cannot run functorch's handling of autograd.Functions from inside a kernel."""
+    if record.functorch_entry is None or record.mutated or (record.backward is None and record.jvp is None):
+        return []
+    closure["_ft"] = _C._are_functorch_transforms_active
+    closure["_ft_entry"] = record.functorch_entry
+    return ["    if _ft():", f"        return _ft_entry({call_args})"]
 
 
 def collides(source: str, closure: dict[str, Any], record: OpRecord) -> bool:
@@ -180,7 +190,8 @@ def collides(source: str, closure: dict[str, Any], record: OpRecord) -> bool:
     (``_op``, ``_out``...), which it would shadow."""
     tree = ast.parse(source)
     own = set(closure) | {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-    return any(a.name in own for a in record.schema.arguments)
+    # Generated names all start with "_"; the code also reassigns list parameters (xs = list(xs)).
+    return any(a.name.startswith("_") and a.name in own for a in record.schema.arguments)
 
 
 def _config_classes(record: OpRecord) -> dict[str, type]:

@@ -259,3 +259,15 @@ class CustomOp(metaclass=OpMeta):
             """Batching rule for ``torch.vmap``: return ``(output, out_dims)``; see
             ``torch.library.register_vmap``."""
             raise NotImplementedError
+
+        @staticmethod
+        @_stub
+        def samples():
+            """Representative inputs for tests: takes no arguments and returns (or yields)
+            :class:`opclass.testing.Sample` objects or plain tuples of arguments.
+
+            Metadata only (nothing is registered, calls never read it):
+            :func:`opclass.testing.check_op` and :func:`opclass.testing.parametrize_samples` run
+            ``opcheck``, ``gradcheck`` and the fast-path check on them.
+            """
+            raise NotImplementedError

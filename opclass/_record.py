@@ -53,6 +53,12 @@ class OpRecord:
     fake: Callable[..., Any] | None = None
     setup_context: Callable[..., Any] | None = None
     backward: Callable[..., Any] | None = None
+    #: The user's forward-mode formula ``jvp(ctx, *input_tangents)``, if any.
+    jvp: Callable[..., Any] | None = None
+    #: The op's call under torch.func transforms (applies the autograd.Function from Python).
+    functorch_entry: Callable[..., Any] | None = None
+    #: The ``samples()`` hook: representative inputs for :mod:`opclass.testing` (metadata only).
+    samples: Callable[..., Any] | None = None
     #: The autograd.Function subclass the Autograd kernel applies when grad is needed.
     autograd_function: type[torch.autograd.Function] | None = None
     #: Per device type, the Function the eager fast path applies (its forward calls that kernel).
@@ -110,6 +116,9 @@ def destroy(record: OpRecord) -> None:
     _side_effectful_functions.discard(record.op)
     if record.lib is not None:
         record.lib._destroy()
+        release = getattr(record.lib, "release", None)
+        if release is not None:
+            release()
         record.lib = None
     record.op = None
 

@@ -20,14 +20,52 @@ from ._record import OpRecord
 _AFTER_AD_INPLACE = _C._after_ADInplaceOrView_keyset
 
 
+class OpLibrary(torch.library.Library):
+    """A ``Library`` fragment whose Python kernels reach the op's objects through slots that
+    :meth:`release` empties.
+
+    torch keeps the Python kernels of a destroyed op name alive until that name is registered
+    again; through the slots, a removed op leaves only these thin wrappers behind, not its
+    record, the user's functions and whatever they hold.
+    """
+
+    def __init__(self, namespace: str) -> None:
+        super().__init__(namespace, "FRAGMENT")  # type: ignore[no-untyped-call]
+        self._slots: list[list[Any]] = []
+
+    def _slotted(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        slot = [fn]
+        self._slots.append(slot)
+
+        def kernel(*args: Any, **kwargs: Any) -> Any:
+            return slot[0](*args, **kwargs)
+
+        return kernel
+
+    def impl(self, op_name: Any, fn: Any, dispatch_key: str = "", *, with_keyset: bool = False, allow_override: bool = True) -> None:
+        super().impl(op_name, self._slotted(fn) if callable(fn) else fn, dispatch_key, with_keyset=with_keyset, allow_override=allow_override)  # type: ignore[no-untyped-call]
+
+    def _register_fake(self, op_name: str, fn: Callable[..., Any], _stacklevel: int = 1, *, allow_override: bool = True) -> None:
+        super()._register_fake(op_name, self._slotted(fn), _stacklevel=_stacklevel + 1, allow_override=allow_override)  # type: ignore[no-untyped-call]
+
+    def release(self) -> None:
+        for slot in self._slots:
+            slot[0] = _removed
+        self._slots.clear()
+
+
+def _removed(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("this opclass op was removed")
+
+
 def define(record: OpRecord) -> None:
     """Create the op: a fresh ``Library`` fragment owning every registration of this record."""
-    lib = torch.library.Library(record.namespace, "FRAGMENT")
+    lib = OpLibrary(record.namespace)
     record.lib = lib
     tags = tuple(record.tags)
     if torch.Tag.pt2_compliant_tag not in tags:
         tags += (torch.Tag.pt2_compliant_tag,)
-    lib.define(record.overload_name() + record.schema_str, tags=tags)
+    lib.define(record.overload_name() + record.schema_str, tags=tags)  # type: ignore[no-untyped-call]
     packet = getattr(getattr(torch.ops, record.namespace), record.name)
     record.op = getattr(packet, record.overload or "default")
     record.schema = record.op._schema

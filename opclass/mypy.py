@@ -61,7 +61,7 @@ _META = "opclass"  # key in TypeInfo.metadata, which mypy's cache keeps
 _KERNELS = ("default", *DEVICE_TYPES, "abstract")
 _BACKENDS = frozenset(_KERNELS) - {"abstract"}
 # Hooks that are not kernels; any other public static method might be a third-party kernel.
-_NOT_KERNELS = frozenset({"abstract", "setup_context", "backward", "vmap"})
+_NOT_KERNELS = frozenset({"abstract", "setup_context", "backward", "jvp", "vmap", "samples"})
 # Literal expressions that cannot be a str keyword, and the type mypy would name.
 _NOT_STR: dict[type, str] = {IntExpr: "int", FloatExpr: "float", BytesExpr: "bytes", ComplexExpr: "complex"}
 

@@ -49,6 +49,7 @@ data_dependent = _load("data_dependent")
 vmap_rule = _load("vmap_rule")
 variants = _load("variants")
 config_object = _load("config_object")
+testing_ops = _load("testing_ops")
 NumpySin = numpy_sin.NumpySin
 AddInto, Sin_, SinOut = mutable_ops.AddInto, mutable_ops.Sin_, mutable_ops.SinOut
 WeightedSum = list_inputs.WeightedSum
@@ -76,7 +77,7 @@ def test_example_script_runs(script: str) -> None:
 
 
 def test_examples_have_docstring_and_main() -> None:
-    for module in (numpy_sin, mutable_ops, list_inputs, factory, data_dependent, vmap_rule, variants):
+    for module in (numpy_sin, mutable_ops, list_inputs, factory, data_dependent, vmap_rule, variants, testing_ops):
         stem = module.__name__
         assert module.__doc__ and module.__doc__.strip(), stem
         assert callable(getattr(module, "main", None)), stem

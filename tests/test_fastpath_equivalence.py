@@ -1066,16 +1066,6 @@ def _loss(out: Any, args: Any) -> Tensor:
     return sum((t.real.sum() if t.is_complex() else t.sum()) for t in tensors)  # type: ignore[return-value]
 
 
-def wrap_func_grad(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    return torch.func.grad(lambda *a: _loss(fn(*a, **kwargs), a))(*args)
-
-
-def wrap_func_vjp(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    out, vjp_fn = torch.func.vjp(lambda *a: fn(*a, **kwargs), *args)
-    cotangents = tree_map_only(Tensor, torch.ones_like, out)
-    return out, vjp_fn(cotangents)
-
-
 def wrap_forward_ad(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     def dual(t: Tensor) -> Tensor:
         return fwAD.make_dual(t, torch.ones_like(t)) if t.is_floating_point() or t.is_complex() else t
@@ -1167,8 +1157,8 @@ SCENARIOS: list[Scenario] = [
     Scenario("device_cpu_context_requires_grad", v_rg, lambda: torch.device("cpu")),
     Scenario("vmap", v_plain, wrap=wrap_vmap),
     Scenario("vmap_requires_grad", v_rg, wrap=wrap_vmap, needs_tensors=True),
-    Scenario("func_grad", v_plain, wrap=wrap_func_grad),
-    Scenario("func_vjp", v_plain, wrap=wrap_func_vjp, needs_tensors=True),
+    # torch.func.grad / vjp are not here: the class call supports them (it applies the op's
+    # Function from Python) where MyOp.op cannot, by design; tests/test_torch_func.py covers them.
     Scenario("meta_tensors", v_meta, needs_tensors=True),
     Scenario("meta_tensors_requires_grad", v_meta_rg, needs_tensors=True),
     Scenario("tensor_subclass", v_subclass, needs_tensors=True),

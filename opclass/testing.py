@@ -1,0 +1,531 @@
+"""Test helpers for ops defined with opclass: PyTorch's own checks, run on an op's sample inputs.
+
+An op lists representative inputs in its ``samples()`` hook (or a test passes them), and
+:func:`check_op` runs, for each one:
+
+* ``torch.library.opcheck`` (schema, autograd registration, fake kernel, AOT dispatch);
+* ``torch.autograd.gradcheck`` when the op has a ``backward``;
+* the fast-path check: ``MyOp(*args)`` (the generated eager call) and ``MyOp.op(*args)`` (the
+  dispatcher) give the same outputs, mutations, version counter bumps, gradients and errors.
+
+A failure raises ``AssertionError`` naming the op, the sample and the check. With pytest,
+:func:`parametrize_samples` makes one test case per sample. Import it as ``import opclass.testing``
+(``import opclass`` does not load it).
+
+Example:
+    >>> import torch, opclass, opclass.testing
+    >>> from torch import Tensor
+    >>> from opclass.testing import Sample
+    >>> class DocsTestingCube(opclass.CustomOp, name="docs_testing::cube"):
+    ...     @staticmethod
+    ...     def default(x: Tensor) -> Tensor:
+    ...         return x ** 3
+    ...     @staticmethod
+    ...     def abstract(x: Tensor) -> Tensor:
+    ...         return torch.empty_like(x)
+    ...     @staticmethod
+    ...     def setup_context(ctx, inputs, output):
+    ...         ctx.save_for_backward(inputs[0])
+    ...     @staticmethod
+    ...     def backward(ctx, grad):
+    ...         (x,) = ctx.saved_tensors
+    ...         return 3 * x * x * grad
+    ...     @staticmethod
+    ...     def samples():
+    ...         yield Sample((torch.randn(3, requires_grad=True),), name="vector")
+    ...         yield (torch.randn(()),)
+    >>> opclass.testing.check_op(DocsTestingCube)
+    >>> opclass.remove(DocsTestingCube)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import warnings
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+
+import torch
+from torch import Tensor
+from torch.utils._pytree import tree_flatten, tree_leaves, tree_map_only, tree_unflatten
+
+from ._record import OpRecord
+
+if TYPE_CHECKING:
+    import pytest
+
+__all__ = ["Sample", "check_op", "check_sample", "parametrize_samples"]
+
+# torch.library.opcheck's default test utils, in its order.
+_OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+# The utils that run the op on FakeTensors: pointless for an op with no fake kernel.
+_FAKE_UTILS = ("test_faketensor", "test_aot_dispatch_dynamic")
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class Sample:
+    """One representative input of an op: positional ``args``, keyword ``kwargs`` and a ``name``.
+
+    The ``name`` labels the sample in failure messages and test ids (``"mylib::op[name]"``);
+    unnamed samples are labelled by their index. A ``samples()`` hook may also yield a plain tuple
+    of positional arguments instead of a ``Sample``.
+
+    Example:
+        >>> import torch
+        >>> from opclass.testing import Sample
+        >>> s = Sample((torch.ones(2),), {"alpha": 2.0}, name="ones")
+        >>> s.args[0].shape, s.kwargs, s.name
+        (torch.Size([2]), {'alpha': 2.0}, 'ones')
+        >>> Sample([1, 2]).args  # any sequence becomes a tuple
+        (1, 2)
+    """
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    name: str
+
+    def __init__(self, args: Sequence[Any], kwargs: Mapping[str, Any] | None = None, name: str = "") -> None:
+        if isinstance(args, (str, bytes, Tensor)) or not isinstance(args, Sequence):
+            raise TypeError(f"Sample(args=...) takes a tuple of positional arguments, got {type(args).__name__}: write Sample((x,)) for one argument")
+        if kwargs is not None and not isinstance(kwargs, Mapping):
+            raise TypeError(f"Sample(kwargs=...) takes a dict of keyword arguments, got {type(kwargs).__name__}")
+        if not isinstance(name, str):
+            raise TypeError(f"Sample(name=...) takes a str, got {type(name).__name__}")
+        object.__setattr__(self, "args", tuple(args))
+        object.__setattr__(self, "kwargs", dict(kwargs or {}))
+        object.__setattr__(self, "name", name)
+
+
+# --------------------------------------------------------------------------- samples
+
+
+def _record_of(op_cls: Any) -> OpRecord:
+    try:
+        record = op_cls.record
+    except AttributeError as e:
+        raise TypeError(f"{getattr(op_cls, '__qualname__', op_cls)!r} is not a concrete op class: {e}") from None
+    if not isinstance(record, OpRecord):
+        raise TypeError(f"{op_cls!r} is not an opclass op class (a CustomOp subclass with a kernel)")
+    return record
+
+
+def _to_sample(value: Any, record: OpRecord, index: int) -> Sample:
+    if isinstance(value, Sample):
+        return value
+    if isinstance(value, tuple):
+        return Sample(value)
+    raise TypeError(
+        f"{record.qualname}: sample {index} is a {type(value).__name__}, not a Sample or a tuple of arguments; "
+        f"write Sample((x,)) or (x,) for a single argument"
+    )
+
+
+def _samples(op_cls: Any, samples: Iterable[Sample | tuple[Any, ...]] | None) -> list[Sample]:
+    record = _record_of(op_cls)
+    if samples is None:
+        hook = record.samples
+        if hook is None:
+            raise ValueError(
+                f"{record.qualname} has no samples: define a samples() static method on {record.cls_name} "
+                f"(returning or yielding opclass.testing.Sample objects), or pass samples=[...]"
+            )
+        samples = hook()
+        if samples is None:
+            raise ValueError(f"{record.qualname}: {record.cls_name}.samples() returned None; return or yield the samples")
+    found = [_to_sample(value, record, i) for i, value in enumerate(samples)]
+    if not found:
+        raise ValueError(f"{record.qualname}: no samples to check ({record.cls_name}.samples() or samples= gave none)")
+    return found
+
+
+def _label(sample: Sample, index: int | None) -> str:
+    if index is None:
+        return f"sample {sample.name!r}" if sample.name else "sample"
+    return f"sample {index}" + (f" ({sample.name!r})" if sample.name else "")
+
+
+# --------------------------------------------------------------------------- copying inputs
+
+
+def _clone(t: Tensor) -> Tensor:
+    """An independent copy of ``t``: same values, dtype, device, strides, requires_grad and class."""
+    with torch.no_grad():
+        copy: Tensor | None = None
+        if type(t) in (Tensor, torch.nn.Parameter) and t.layout is torch.strided and t.device.type != "meta":
+            try:
+                copy = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device).copy_(t.detach())
+            except RuntimeError:  # overlapping (expanded) Tensors, quantized dtypes: a plain clone
+                copy = None
+        if copy is None:
+            copy = t.detach().clone()  # keeps a Tensor subclass's class
+    if isinstance(t, torch.nn.Parameter):
+        return torch.nn.Parameter(copy, requires_grad=t.requires_grad)
+    return copy.requires_grad_(t.requires_grad)
+
+
+def _copy_inputs(sample: Sample) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Fresh inputs for one call: every Tensor cloned (the same Tensor twice stays one copy)."""
+    memo: dict[int, Tensor] = {}
+
+    def one(t: Tensor) -> Tensor:
+        if id(t) not in memo:
+            memo[id(t)] = _clone(t)
+        return memo[id(t)]
+
+    args, kwargs = tree_map_only(Tensor, one, (sample.args, sample.kwargs))
+    return tuple(args), dict(kwargs)
+
+
+def _tensors(value: Any) -> list[Tensor]:
+    """The distinct Tensors in ``value``, in order."""
+    found: list[Tensor] = []
+    for leaf in tree_leaves(value):
+        if isinstance(leaf, Tensor) and all(leaf is not f for f in found):
+            found.append(leaf)
+    return found
+
+
+# --------------------------------------------------------------------------- the checks
+
+
+class _CheckFailed(Exception):
+    def __init__(self, check: str, detail: str) -> None:
+        super().__init__(detail)
+        self.check = check
+        self.detail = detail
+
+
+def _has_fake(record: OpRecord) -> bool:
+    """Whether the op has a working fake kernel: ``abstract``, or one opclass generated."""
+    if "abstract" in record.hooks:
+        return True
+    # Without abstract, opclass generates a fake kernel that works for in-place and out= ops and
+    # ops returning nothing; for ops returning Tensors it only raises "define abstract".
+    return record.fake is not None and (record.is_inplace or record.is_out or not record.schema.returns)
+
+
+def _run_opcheck(op_cls: Any, record: OpRecord, sample: Sample, test_utils: Sequence[str] | None) -> None:
+    if test_utils is None:
+        utils = _OPCHECK_UTILS if _has_fake(record) else tuple(u for u in _OPCHECK_UTILS if u not in _FAKE_UTILS)
+    else:
+        utils = (test_utils,) if isinstance(test_utils, str) else tuple(test_utils)
+    if not utils:
+        return
+    args, kwargs = _copy_inputs(sample)
+    try:
+        torch.library.opcheck(op_cls.op, args, kwargs, test_utils=utils)
+    except Exception as e:
+        raise _CheckFailed("opcheck", f"{type(e).__name__}: {e}") from e
+
+
+def _differentiable(t: Tensor) -> bool:
+    return t.is_floating_point() or t.is_complex()
+
+
+def _run_gradcheck(op_cls: Any, record: OpRecord, sample: Sample) -> None:
+    if record.backward is None:
+        return
+    args, kwargs = _copy_inputs(sample)
+    # Keyword-only Tensors get gradients only when backward returns them (optional): they are
+    # differentiated when the sample marks them requires_grad, never by default.
+    keyword_only = {a.name for a in record.schema.arguments if a.kwarg_only}
+    parts = (args, {k: v for k, v in kwargs.items() if k not in keyword_only}, {k: v for k, v in kwargs.items() if k in keyword_only})
+    flat, spec = tree_flatten(parts)
+    n_positional = len(tree_leaves(parts[:2]))  # leaves of args and positional-or-keyword kwargs
+    floating = [i for i, v in enumerate(flat) if isinstance(v, Tensor) and _differentiable(v) and v.device.type != "meta"]
+    # The Tensors the sample asks gradients for, else every positional floating-point one.
+    positions = [i for i in floating if flat[i].requires_grad] or [i for i in floating if i < n_positional]
+    if not positions:
+        return  # no floating-point Tensor to differentiate
+    for i, v in enumerate(flat):
+        if isinstance(v, Tensor):
+            v = v.detach()
+            flat[i] = v.to(torch.complex128 if v.is_complex() else torch.float64) if i in floating else v
+    inputs = tuple(flat[i].clone().requires_grad_() for i in positions)
+
+    def call(*diff: Tensor) -> tuple[Tensor, ...]:
+        values = list(flat)
+        for i, t in zip(positions, diff):
+            values[i] = t
+        call_args, call_kwargs, call_keyword_only = tree_unflatten(values, spec)
+        out = op_cls.op(*call_args, **call_kwargs, **call_keyword_only)
+        return tuple(t for t in tree_leaves(out) if isinstance(t, Tensor))
+
+    try:
+        torch.autograd.gradcheck(call, inputs)
+    except Exception as e:
+        raise _CheckFailed("gradcheck", f"{type(e).__name__}: {e}") from e
+
+
+@dataclasses.dataclass
+class _Outcome:
+    """What one call of the op did, as far as the fast-path check compares it."""
+
+    output: Any = None
+    error: tuple[str, str] | None = None
+    inputs: list[Tensor] = dataclasses.field(default_factory=list)
+    version_deltas: list[int] = dataclasses.field(default_factory=list)
+    backward_error: tuple[str, str] | None = None
+    grads: list[Tensor | None] | None = None
+
+
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+
+
+def _error(e: BaseException) -> tuple[str, str]:
+    return type(e).__name__, _ADDRESS.sub("0x...", str(e))
+
+
+def _call_once(fn: Callable[..., Any], sample: Sample) -> _Outcome:
+    args, kwargs = _copy_inputs(sample)
+    inputs = _tensors((args, kwargs))
+    before = [t._version for t in inputs]
+    outcome = _Outcome(inputs=inputs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            outcome.output = fn(*args, **kwargs)
+        except Exception as e:
+            outcome.error = _error(e)
+            return outcome
+        outcome.version_deltas = [t._version - v for t, v in zip(inputs, before)]
+        outs = [t for t in tree_leaves(outcome.output) if isinstance(t, Tensor) and t.requires_grad]
+        leaves = [t for t in inputs if t.requires_grad and t.is_leaf]
+        if outs and leaves:
+            try:
+                loss = sum((torch.view_as_real(o).sum() if o.is_complex() else o.sum() for o in outs), torch.zeros(()))
+                outcome.grads = list(torch.autograd.grad(loss, leaves, allow_unused=True))
+            except Exception as e:
+                outcome.backward_error = _error(e)
+    return outcome
+
+
+def _same_value(a: Tensor, b: Tensor, path: str) -> str | None:
+    if a.device.type == "meta" or b.device.type == "meta":
+        return None  # no values
+    try:
+        torch.testing.assert_close(a.detach(), b.detach(), equal_nan=True)
+    except AssertionError as e:
+        return f"{path}: values differ: {e}"
+    return None
+
+
+def _compare(a: Any, b: Any, path: str, inputs: tuple[list[Tensor], list[Tensor]]) -> str | None:
+    """The first difference between the fast path's ``a`` and the dispatcher's ``b`` (``None``: same)."""
+    if type(a) is not type(b):
+        return f"{path}: {type(a).__name__} vs {type(b).__name__}"
+    if isinstance(a, Tensor):
+        assert isinstance(b, Tensor)
+        for what in ("dtype", "shape", "device", "layout", "requires_grad"):
+            if getattr(a, what) != getattr(b, what):
+                return f"{path}: {what} {getattr(a, what)} vs {getattr(b, what)}"
+        is_a = [i for i, t in enumerate(inputs[0]) if t is a]
+        is_b = [i for i, t in enumerate(inputs[1]) if t is b]
+        if is_a != is_b:
+            return f"{path}: is input {is_a or 'none'} vs {is_b or 'none'}"
+        return _same_value(a, b, path)
+    if isinstance(a, (tuple, list)):
+        if len(a) != len(b):
+            return f"{path}: {len(a)} items vs {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            d = _compare(x, y, f"{path}[{i}]", inputs)
+            if d is not None:
+                return d
+        return None
+    if isinstance(a, float) and math.isnan(a) and math.isnan(b):
+        return None
+    return None if a == b else f"{path}: {a!r} vs {b!r}"
+
+
+def _run_fast_path(op_cls: Any, sample: Sample) -> None:
+    fast = _call_once(op_cls, sample)
+    slow = _call_once(op_cls.op, sample)
+    name = getattr(op_cls, "__name__", "MyOp")
+    names = (f"{name}(...)", f"{name}.op(...)")
+
+    def fail(detail: str) -> None:
+        raise _CheckFailed("fast path vs dispatcher", f"{names[0]} (the eager fast path) and {names[1]} (the dispatcher) differ: {detail}")
+
+    if fast.error != slow.error:
+        fail(f"exception {fast.error or 'none'} vs {slow.error or 'none'}")
+    inputs = (fast.inputs, slow.inputs)
+    d = _compare(fast.output, slow.output, "output", inputs)
+    if d is not None:
+        fail(d)
+    for i, (x, y) in enumerate(zip(fast.inputs, slow.inputs)):
+        d = _same_value(x, y, f"input Tensor {i} afterwards")
+        if d is not None:
+            fail(d)
+    if fast.version_deltas != slow.version_deltas:
+        fail(f"version counter bumps of the input Tensors {fast.version_deltas} vs {slow.version_deltas}")
+    if fast.backward_error != slow.backward_error:
+        fail(f"backward raised {fast.backward_error or 'nothing'} vs {slow.backward_error or 'nothing'}")
+    if (fast.grads is None) != (slow.grads is None):
+        fail(f"gradients {'computed' if fast.grads is not None else 'none'} vs {'computed' if slow.grads is not None else 'none'}")
+    for i, (ga, gb) in enumerate(zip(fast.grads or [], slow.grads or [])):
+        d = _compare(ga, gb, f"gradient of input Tensor {i}", ([], []))
+        if d is not None:
+            fail(d)
+
+
+def _check(
+    op_cls: Any,
+    record: OpRecord,
+    sample: Sample,
+    index: int | None,
+    *,
+    opcheck: bool,
+    gradcheck: bool,
+    fast_path: bool,
+    test_utils: Sequence[str] | None,
+) -> None:
+    try:
+        if opcheck:
+            _run_opcheck(op_cls, record, sample, test_utils)
+        if gradcheck:
+            _run_gradcheck(op_cls, record, sample)
+        if fast_path:
+            _run_fast_path(op_cls, sample)
+    except _CheckFailed as e:
+        raise AssertionError(f"{record.qualname}, {_label(sample, index)}: {e.check} failed: {e.detail}") from e.__cause__
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def check_sample(
+    op_cls: Any,
+    sample: Sample | tuple[Any, ...],
+    *,
+    opcheck: bool = True,
+    gradcheck: bool = True,
+    fast_path: bool = True,
+    test_utils: Sequence[str] | None = None,
+) -> None:
+    """Run the checks of :func:`check_op` on one sample (the body of a parametrized test).
+
+    Args:
+        op_cls: the op class.
+        sample: a :class:`Sample` or a tuple of positional arguments.
+        opcheck, gradcheck, fast_path, test_utils: as for :func:`check_op`.
+
+    Raises:
+        AssertionError: a check failed; the message names the op, the sample and the check.
+
+    Example:
+        >>> import torch, opclass, opclass.testing
+        >>> from torch import Tensor
+        >>> class DocsTestingAddInto(opclass.CustomOp, name="docs_testing::add_into", mutates_args=("x",)):
+        ...     @staticmethod
+        ...     def default(x: Tensor, y: Tensor) -> None:
+        ...         x.add_(y)
+        >>> opclass.testing.check_sample(DocsTestingAddInto, (torch.zeros(3), torch.ones(3)))
+        >>> opclass.remove(DocsTestingAddInto)
+    """
+    record = _record_of(op_cls)
+    sample = _to_sample(sample, record, 0)
+    _check(op_cls, record, sample, None, opcheck=opcheck, gradcheck=gradcheck, fast_path=fast_path, test_utils=test_utils)
+
+
+def check_op(
+    op_cls: Any,
+    samples: Iterable[Sample | tuple[Any, ...]] | None = None,
+    *,
+    opcheck: bool = True,
+    gradcheck: bool = True,
+    fast_path: bool = True,
+    test_utils: Sequence[str] | None = None,
+) -> None:
+    """Check an op on each of its samples: opcheck, gradcheck and fast path vs dispatcher.
+
+    Every check gets its own copies of the sample's Tensors, so samples can be reused and ops
+    that mutate their inputs are checked from the same starting values.
+
+    Args:
+        op_cls: the op class (a concrete ``CustomOp`` subclass).
+        samples: :class:`Sample` objects or tuples of positional arguments; default: what the
+            op's ``samples()`` hook returns (a ``ValueError`` when it has none).
+        opcheck: run ``torch.library.opcheck(op_cls.op, args, kwargs, test_utils=...)``.
+        gradcheck: when the op has a ``backward``, run ``torch.autograd.gradcheck`` on
+            double-precision copies of the sample's floating-point Tensors, differentiating
+            those with ``requires_grad=True`` (if none has it: every positional one); samples
+            without floating-point Tensors are skipped.
+        fast_path: call ``op_cls(*args, **kwargs)`` (the eager fast path) and
+            ``op_cls.op(*args, **kwargs)`` (the dispatcher) on independent copies and compare the
+            outputs (structure, dtype, shape, values, which output is an input), the inputs
+            afterwards (values and version counter bumps), the gradients after ``backward`` of
+            the sum of the outputs, and any exception (type and message).
+        test_utils: the opcheck test utils; default all four, without ``test_faketensor`` and
+            ``test_aot_dispatch_dynamic`` when the op has no fake kernel (no ``abstract``, and
+            none that opclass generates).
+
+    Raises:
+        AssertionError: a check failed; the message names the op, the sample (index and name)
+            and the check.
+        ValueError: there are no samples.
+
+    Example:
+        >>> import torch, opclass, opclass.testing
+        >>> from torch import Tensor
+        >>> class DocsTestingHalve(opclass.CustomOp, name="docs_testing::halve"):
+        ...     @staticmethod
+        ...     def default(x: Tensor) -> Tensor:
+        ...         return x / 2
+        ...     @staticmethod
+        ...     def setup_context(ctx, inputs, output):
+        ...         pass
+        ...     @staticmethod
+        ...     def backward(ctx, grad):
+        ...         return grad  # wrong: should be grad / 2
+        >>> opclass.testing.check_op(DocsTestingHalve, [(torch.randn(3),)], opcheck=False)
+        Traceback (most recent call last):
+        ...
+        AssertionError: docs_testing::halve, sample 0: gradcheck failed: GradcheckError: Jacobian mismatch ...
+        >>> opclass.remove(DocsTestingHalve)
+    """
+    record = _record_of(op_cls)
+    for index, sample in enumerate(_samples(op_cls, samples)):
+        _check(op_cls, record, sample, index, opcheck=opcheck, gradcheck=gradcheck, fast_path=fast_path, test_utils=test_utils)
+
+
+def parametrize_samples(*op_classes: Any) -> pytest.MarkDecorator:
+    """A ``pytest.mark.parametrize`` over every ``(op, sample)`` pair of the given op classes.
+
+    The test function takes the arguments ``op`` and ``sample``; the ids read
+    ``"mylib::op[name]"`` (the index for unnamed samples, which also get it as their name).
+    The samples come from each op's ``samples()`` hook when the module is collected.
+
+    .. code-block:: python
+
+        @opclass.testing.parametrize_samples(MyOp, OtherOp)
+        def test_ops(op, sample):
+            opclass.testing.check_sample(op, sample)
+
+    Example:
+        >>> import torch, opclass, opclass.testing
+        >>> from torch import Tensor
+        >>> class DocsTestingNeg(opclass.CustomOp, name="docs_testing::neg"):
+        ...     @staticmethod
+        ...     def default(x: Tensor) -> Tensor:
+        ...         return -x
+        ...     @staticmethod
+        ...     def samples():
+        ...         return [opclass.testing.Sample((torch.ones(2),), name="ones"), (torch.zeros(()),)]
+        >>> mark = opclass.testing.parametrize_samples(DocsTestingNeg)
+        >>> [param.id for param in mark.args[1]]
+        ['docs_testing::neg[ones]', 'docs_testing::neg[1]']
+        >>> opclass.remove(DocsTestingNeg)
+    """
+    import pytest
+
+    if not op_classes:
+        raise TypeError("parametrize_samples() needs at least one op class")
+    params = []
+    for op_cls in op_classes:
+        record = _record_of(op_cls)
+        for index, sample in enumerate(_samples(op_cls, None)):
+            if not sample.name:
+                sample = Sample(sample.args, sample.kwargs, name=str(index))
+            params.append(pytest.param(op_cls, sample, id=f"{record.qualname}[{sample.name}]"))
+    return pytest.mark.parametrize(("op", "sample"), params)

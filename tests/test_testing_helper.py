@@ -1,0 +1,480 @@
+"""``opclass.testing`` and the ``samples`` hook: check_op passes good ops and names what is wrong with bad ones."""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any, Iterator
+
+import pytest
+import torch
+from torch import Tensor
+
+import opclass
+import opclass.testing
+from opclass import CustomOp, OpDefinitionError
+from opclass.testing import Sample, check_op, check_sample, parametrize_samples
+
+# --------------------------------------------------------------------------- module-level ops for parametrize_samples
+
+_NS = "t_testing_helper_params"
+
+
+class Cube(CustomOp, name=f"{_NS}::cube"):
+    @staticmethod
+    def default(x: Tensor) -> Tensor:
+        return x**3
+
+    @staticmethod
+    def abstract(x: Tensor) -> Tensor:
+        return torch.empty_like(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return 3 * x * x * grad
+
+    @staticmethod
+    def samples():
+        yield Sample((torch.randn(3, requires_grad=True),), name="vector")
+        yield Sample((torch.randn(2, 3).t(),), name="transposed")
+        yield (torch.randn(()),)
+
+
+class Fill(CustomOp, name=f"{_NS}::fill", mutates_args=("x",)):
+    @staticmethod
+    def default(x: Tensor, value: float) -> None:
+        x.fill_(value)
+
+    @staticmethod
+    def samples():
+        return [(torch.zeros(3), 2.0), Sample((torch.ones(2, 2),), {"value": -1.0}, name="keyword")]
+
+
+def teardown_module() -> None:
+    opclass.remove_namespace(_NS)
+
+
+@parametrize_samples(Cube, Fill)
+def test_parametrized_samples_pass(op: Any, sample: Sample, request: pytest.FixtureRequest) -> None:
+    assert request.node.callspec.id == f"{op.qualname}[{sample.name}]"
+    check_sample(op, sample, test_utils=("test_schema", "test_faketensor"))
+
+
+def test_parametrize_samples_ids() -> None:
+    mark = parametrize_samples(Cube, Fill)
+    assert mark.name == "parametrize" and mark.args[0] == ("op", "sample")
+    params = mark.args[1]
+    assert [p.id for p in params] == [
+        f"{_NS}::cube[vector]",
+        f"{_NS}::cube[transposed]",
+        f"{_NS}::cube[2]",
+        f"{_NS}::fill[0]",
+        f"{_NS}::fill[keyword]",
+    ]
+    assert [p.values[0] for p in params] == [Cube, Cube, Cube, Fill, Fill]
+    assert all(isinstance(p.values[1], Sample) for p in params)
+    assert params[4].values[1].kwargs == {"value": -1.0}
+
+
+def test_parametrize_samples_needs_samples(ns: str) -> None:
+    class NoSamples(CustomOp, name=f"{ns}::no_samples"):
+        @staticmethod
+        def default(x: Tensor) -> Tensor:
+            return x + 1
+
+    with pytest.raises(ValueError, match=r"no samples: define a samples\(\) static method on NoSamples"):
+        parametrize_samples(NoSamples)
+    with pytest.raises(TypeError, match="at least one op class"):
+        parametrize_samples()
+
+
+def test_pytest_is_imported_lazily() -> None:
+    import subprocess
+
+    code = "import sys, opclass, opclass.testing; print('pytest' in sys.modules, 'torch._dynamo' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "False"]
+    assert "testing" not in opclass.__all__
+
+
+# --------------------------------------------------------------------------- the samples hook
+
+
+def test_samples_hook_is_registered_metadata(ns: str) -> None:
+    hook = opclass.hooks()["samples"]
+    assert not hook.kernel and not hook.backend and hook.staticmethod and hook.requires == ()
+    assert list(opclass.hooks())[-1] == "samples"
+
+    def make() -> Iterator[Sample]:
+        yield Sample((torch.ones(2),))
+
+    class Twice(CustomOp, name=f"{ns}::twice"):
+        @staticmethod
+        def default(x: Tensor) -> Tensor:
+            return 2 * x
+
+        samples = staticmethod(make)
+
+    class Thrice(Twice, name=f"{ns}::thrice"):  # a variant inherits the samples
+        @staticmethod
+        def default(x: Tensor) -> Tensor:
+            return 3 * x
+
+    assert Twice.record.samples is make and Twice.record.hooks["samples"] is make
+    assert Thrice.record.samples is make
+    # Metadata only: the op and its calls are as without it.
+    assert torch.equal(Twice(torch.ones(2)), torch.full((2,), 2.0))
+    assert torch.equal(Twice.op(torch.ones(2)), torch.full((2,), 2.0))
+
+    class NoSamples(CustomOp, name=f"{ns}::none"):
+        @staticmethod
+        def default(x: Tensor) -> Tensor:
+            return x
+
+    assert NoSamples.record.samples is None
+
+
+def test_samples_must_be_a_static_method(ns: str) -> None:
+    with pytest.raises(OpDefinitionError) as info:
+
+        class Bad(CustomOp, name=f"{ns}::bad"):
+            @staticmethod
+            def default(x: Tensor) -> Tensor:
+                return x
+
+            def samples():  # type: ignore[misc]
+                return []
+
+    assert info.value.hook == "samples" and info.value.cls_name == "Bad"
+    assert "hooks are static methods, but this is a plain function" in str(info.value)
+    assert info.value.fix == "add @staticmethod above the def"
+
+    with pytest.raises(OpDefinitionError, match="but this is a classmethod") as info:
+
+        class Bad2(CustomOp, name=f"{ns}::bad2"):
+            @staticmethod
+            def default(x: Tensor) -> Tensor:
+                return x
+
+            @classmethod
+            def samples(cls):
+                return []
+
+    assert info.value.hook == "samples"
+    assert not hasattr(getattr(torch.ops, ns), "bad") and not hasattr(getattr(torch.ops, ns), "bad2")
+
+
+def test_samples_must_take_no_parameters(ns: str) -> None:
+    with pytest.raises(OpDefinitionError) as info:
+
+        class Bad(CustomOp, name=f"{ns}::bad"):
+            @staticmethod
+            def default(x: Tensor) -> Tensor:
+                return x
+
+            @staticmethod
+            def samples(device):
+                return [(torch.ones(2, device=device),)]
+
+    e = info.value
+    assert e.hook == "samples" and e.cls_name == "Bad"
+    assert str(e).startswith("Bad.samples(device): takes (device), but it is called with no arguments")
+    assert "write samples() with no parameters" in e.fix
+    assert not hasattr(getattr(torch.ops, ns), "bad")
+
+    class Fine(CustomOp, name=f"{ns}::fine"):  # parameters with defaults are fine
+        @staticmethod
+        def default(x: Tensor) -> Tensor:
+            return x.clone()
+
+        @staticmethod
+        def samples(device="cpu"):
+            return [(torch.ones(2, device=device),)]
+
+    check_op(Fine, opcheck=False)
+
+
+def test_sample_dataclass() -> None:
+    s = Sample([1, 2], name="n")
+    assert s.args == (1, 2) and s.kwargs == {} and s.name == "n"
+    assert Sample((1,)) == Sample((1,), {})
+    with pytest.raises(Exception):
+        s.name = "other"  # type: ignore[misc]
+    with pytest.raises(TypeError, match=r"write Sample\(\(x,\)\)"):
+        Sample(torch.ones(2))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="kwargs"):
+        Sample((), [1])  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- check_op on good ops
+
+
+def test_check_op_functional_with_backward() -> None:
+    check_op(Cube)  # every opcheck util, gradcheck, fast path
+
+
+def test_check_op_mutating(ns: str) -> None:
+    class AddInto(CustomOp, name=f"{ns}::add_into", mutates_args=("x",)):
+        @staticmethod
+        def default(x: Tensor, y: Tensor) -> None:
+            x.add_(y)
+
+        @staticmethod
+        def samples():
+            yield Sample((torch.zeros(3), torch.randn(3)), name="vector")
+            y = torch.randn(2, 2)
+            yield Sample((torch.ones(2, 2), y), name="matrix")
+
+    samples = list(AddInto.samples())
+    before = [s.args[0].clone() for s in samples]
+    check_op(AddInto, samples)
+    # Every check ran on copies: the samples themselves are untouched.
+    for s, b in zip(samples, before):
+        assert torch.equal(s.args[0], b) and s.args[0]._version == 0
+
+    class Scale_(CustomOp, name=f"{ns}::scale_", mutates_args=("x",), tags=torch.Tag.inplace):
+        @staticmethod
+        def default(x: Tensor, factor: float = 2.0) -> Tensor:
+            return x.mul_(factor)
+
+        @staticmethod
+        def samples():
+            return [(torch.randn(3),), (torch.randn(2, 3), 0.5)]
+
+    check_op(Scale_)
+
+
+def test_check_op_list_input(ns: str) -> None:
+    class WeightedSum(CustomOp, name=f"{ns}::weighted_sum"):
+        @staticmethod
+        def default(xs: list[Tensor], weights: list[float]) -> Tensor:
+            return sum((w * x for w, x in zip(weights, xs)), torch.zeros_like(xs[0]))
+
+        @staticmethod
+        def abstract(xs: list[Tensor], weights: list[float]) -> Tensor:
+            return torch.empty_like(xs[0])
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.weights = list(inputs[1])
+
+        @staticmethod
+        def backward(ctx, grad):
+            return [grad * w for w in ctx.weights], None
+
+        @staticmethod
+        def samples():
+            yield Sample(([torch.randn(3, requires_grad=True) for _ in range(3)], [1.0, -2.0, 0.5]), name="three")
+            yield Sample(([torch.randn(2, 2)], [3.0]), name="one")
+
+    check_op(WeightedSum)
+
+
+def test_check_op_keyword_only(ns: str) -> None:
+    class AddKw(CustomOp, name=f"{ns}::add_kw"):
+        @staticmethod
+        def default(x: Tensor, *, other: Tensor, alpha: float = 1.0) -> Tensor:
+            return x + alpha * other
+
+        @staticmethod
+        def abstract(x: Tensor, *, other: Tensor, alpha: float = 1.0) -> Tensor:
+            return torch.empty_like(x + other)
+
+        @staticmethod
+        def setup_context(ctx, inputs, keyword_only_inputs, output):
+            ctx.alpha = keyword_only_inputs["alpha"]
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad, grad * ctx.alpha, None
+
+        @staticmethod
+        def samples():
+            yield Sample((torch.randn(3, requires_grad=True),), {"other": torch.randn(3, requires_grad=True), "alpha": 2.0}, name="both")
+            yield Sample((torch.randn(2, 3),), {"other": torch.randn(2, 3)}, name="default_alpha")
+
+    check_op(AddKw)
+
+
+def test_check_op_without_fake_kernel_skips_fake_tests(ns: str) -> None:
+    class NoFake(CustomOp, name=f"{ns}::no_fake"):
+        @staticmethod
+        def default(x: Tensor) -> Tensor:
+            return x * 2
+
+    check_op(NoFake, [(torch.randn(3),)])  # test_faketensor / test_aot_dispatch_dynamic left out
+    # Asked for explicitly, they run, and fail naming the missing abstract.
+    with pytest.raises(AssertionError, match=r"opcheck failed: .*define NoFake\.abstract"):
+        check_op(NoFake, [(torch.randn(3),)], test_utils=("test_faketensor",))
+
+
+def test_check_op_needs_samples(ns: str) -> None:
+    class Plain(CustomOp, name=f"{ns}::plain"):
+        @staticmethod
+        def default(x: Tensor) -> Tensor:
+            return x + 1
+
+    with pytest.raises(ValueError, match=rf"{ns}::plain has no samples: define a samples\(\) static method on Plain"):
+        check_op(Plain)
+    with pytest.raises(ValueError, match="no samples to check"):
+        check_op(Plain, [])
+    with pytest.raises(TypeError, match=r"sample 1 is a Tensor, not a Sample or a tuple of arguments"):
+        check_op(Plain, [(torch.ones(1),), torch.ones(1)])
+
+    class Base(CustomOp, namespace=ns):
+        pass
+
+    with pytest.raises(TypeError, match="not a concrete op class"):
+        check_op(Base, [(torch.ones(1),)])
+
+
+# --------------------------------------------------------------------------- check_op on broken ops
+
+
+def test_wrong_backward_fails_gradcheck(ns: str) -> None:
+    class BadGrad(CustomOp, name=f"{ns}::bad_grad"):
+        @staticmethod
+        def default(x: Tensor) -> Tensor:
+            return x.sin()
+
+        @staticmethod
+        def abstract(x: Tensor) -> Tensor:
+            return torch.empty_like(x)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return grad * x.sin()  # should be cos
+
+        @staticmethod
+        def samples():
+            yield Sample((torch.randn(3),), name="vector")
+
+    with pytest.raises(AssertionError) as info:
+        check_op(BadGrad, test_utils=("test_schema",))
+    message = str(info.value)
+    assert message.startswith(f"{ns}::bad_grad, sample 0 ('vector'): gradcheck failed: GradcheckError: Jacobian mismatch"), message
+    # The other checks alone pass: the fast path and the dispatcher agree (both wrong).
+    check_op(BadGrad, gradcheck=False, test_utils=("test_schema",))
+
+
+def test_wrong_fake_shape_fails_opcheck(ns: str) -> None:
+    class BadFake(CustomOp, name=f"{ns}::bad_fake"):
+        @staticmethod
+        def default(x: Tensor) -> Tensor:
+            return x.sum(0)
+
+        @staticmethod
+        def abstract(x: Tensor) -> Tensor:
+            return torch.empty_like(x)  # wrong: the op reduces dim 0
+
+    with pytest.raises(AssertionError) as info:
+        check_op(BadFake, [Sample((torch.randn(2, 3),)), Sample((torch.randn(4, 5),), name="big")], test_utils=("test_faketensor",))
+    message = str(info.value)
+    assert re.match(rf"{ns}::bad_fake, sample 0: opcheck failed: \w+Error: ", message), message
+    assert "test_faketensor" in message
+    # check_sample labels the sample by name.
+    with pytest.raises(AssertionError, match=rf"^{ns}::bad_fake, sample 'big': opcheck failed"):
+        check_sample(BadFake, Sample((torch.randn(4, 5),), name="big"), test_utils=("test_faketensor",))
+
+
+def test_fast_path_mismatch_is_caught(ns: str) -> None:
+    class Double(CustomOp, name=f"{ns}::double"):
+        @staticmethod
+        def default(x: Tensor) -> Tensor:
+            return 2 * x
+
+        @staticmethod
+        def samples():
+            yield Sample((torch.randn(3),), name="vector")
+
+    check_op(Double, opcheck=False)
+    original = Double.__dict__["_opclass_call"]
+    cases = [
+        (lambda x: 3 * x, r"output: values differ"),
+        (lambda x: (2 * x).double(), r"output: dtype torch.float64 vs torch.float32"),
+        (lambda x: [2 * x], r"output: list vs Tensor"),
+        (lambda x: x.mul_(2), r"output: is input \[0\] vs none"),
+        (lambda x: (_ for _ in ()).throw(ValueError("boom")), r"exception \('ValueError', 'boom'\) vs none"),
+    ]
+    try:
+        for fake_call, expected in cases:
+            Double._opclass_call = fake_call
+            with pytest.raises(AssertionError) as info:
+                check_op(Double, opcheck=False)
+            message = str(info.value)
+            assert message.startswith(
+                f"{ns}::double, sample 0 ('vector'): fast path vs dispatcher failed: Double(...) (the eager fast path) and Double.op(...) (the dispatcher) differ: "
+            ), message
+            assert re.search(expected, message), (expected, message)
+    finally:
+        Double._opclass_call = original
+    check_op(Double, opcheck=False)
+
+
+def test_fast_path_check_compares_mutations_versions_and_grads(ns: str) -> None:
+    class Copy(CustomOp, name=f"{ns}::copy"):
+        @staticmethod
+        def default(x: Tensor) -> Tensor:
+            return x.clone()
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad
+
+    sample = Sample((torch.randn(3, requires_grad=True),))
+    check_sample(Copy, sample, opcheck=False)
+    original = Copy.__dict__["_opclass_call"]
+
+    def mutates(x: Tensor) -> Tensor:
+        out = Copy.op(x)
+        with torch.no_grad():
+            x.add_(1)
+        return out
+
+    def bumps(x: Tensor) -> Tensor:
+        with torch.no_grad():
+            x.add_(0)  # same values, one more version
+        return Copy.op(x)
+
+    def other_grad(x: Tensor) -> Tensor:
+        return Copy.op(x) + (x - x.detach())  # same values, twice the gradient
+
+    cases = [
+        (mutates, r"input Tensor 0 afterwards: values differ"),
+        (bumps, r"version counter bumps of the input Tensors \[1\] vs \[0\]"),
+        (other_grad, r"gradient of input Tensor 0: values differ"),
+    ]
+    try:
+        for fake_call, expected in cases:
+            Copy._opclass_call = fake_call
+            with pytest.raises(AssertionError, match=expected):
+                check_sample(Copy, sample, opcheck=False, gradcheck=False)
+    finally:
+        Copy._opclass_call = original
+
+
+def test_same_errors_pass_the_fast_path_check(ns: str) -> None:
+    class Strict(CustomOp, name=f"{ns}::strict"):
+        @staticmethod
+        def default(x: Tensor) -> Tensor:
+            if x.dim() != 1:
+                raise ValueError(f"strict: want a vector, got {x.dim()} dims")
+            return x.clone()
+
+    # Both paths raise the same error: that is agreement, not a failure.
+    check_sample(Strict, (torch.ones(2, 2),), opcheck=False)
+    check_sample(Strict, Sample((torch.ones(2),)), opcheck=False)
