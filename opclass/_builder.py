@@ -324,6 +324,11 @@ class OpBuilder:
                 _record.destroy(record)
                 if old is not None:
                     install(old)
+                    # destroy() released the kernels the old class's call function holds.
+                    owner = old.owner() if old.owner is not None else None
+                    if owner is not None:
+                        owner._opclass_call = make_call(old, owner)
+                        owner._opclass_op = old.op
                 raise
             _record.set_live(record)
             if old is not None:

@@ -21,19 +21,24 @@ _AFTER_AD_INPLACE = _C._after_ADInplaceOrView_keyset
 
 
 class OpLibrary(torch.library.Library):
-    """A ``Library`` fragment whose Python kernels reach the op's objects through slots that
-    :meth:`release` empties.
+    """A ``Library`` fragment whose Python kernels let go of the op's objects on :meth:`release`.
 
     torch keeps the Python kernels of a destroyed op name alive until that name is registered
-    again; through the slots, a removed op leaves only these thin wrappers behind, not its
-    record, the user's functions and whatever they hold.
+    again. Released, a removed op's kernels no longer hold its record, the user's functions or
+    whatever those hold: opclass's own kernels have their closure cells emptied (no wrapper
+    frame on the call path); anything else (the user's functions, torch's wrappers) is
+    registered through a one-slot trampoline that is emptied instead.
     """
 
     def __init__(self, namespace: str) -> None:
         super().__init__(namespace, "FRAGMENT")  # type: ignore[no-untyped-call]
         self._slots: list[list[Any]] = []
+        self._ours: list[Callable[..., Any]] = []
 
-    def _slotted(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def _releasable(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        if (getattr(fn, "__module__", None) or "").startswith("opclass.") and getattr(fn, "__closure__", None):
+            self._ours.append(fn)
+            return fn
         slot = [fn]
         self._slots.append(slot)
 
@@ -43,15 +48,19 @@ class OpLibrary(torch.library.Library):
         return kernel
 
     def impl(self, op_name: Any, fn: Any, dispatch_key: str = "", *, with_keyset: bool = False, allow_override: bool = True) -> None:
-        super().impl(op_name, self._slotted(fn) if callable(fn) else fn, dispatch_key, with_keyset=with_keyset, allow_override=allow_override)  # type: ignore[no-untyped-call]
+        super().impl(op_name, self._releasable(fn) if callable(fn) else fn, dispatch_key, with_keyset=with_keyset, allow_override=allow_override)  # type: ignore[no-untyped-call]
 
     def _register_fake(self, op_name: str, fn: Callable[..., Any], _stacklevel: int = 1, *, allow_override: bool = True) -> None:
-        super()._register_fake(op_name, self._slotted(fn), _stacklevel=_stacklevel + 1, allow_override=allow_override)  # type: ignore[no-untyped-call]
+        super()._register_fake(op_name, self._releasable(fn), _stacklevel=_stacklevel + 1, allow_override=allow_override)  # type: ignore[no-untyped-call]
 
     def release(self) -> None:
         for slot in self._slots:
             slot[0] = _removed
+        for fn in self._ours:
+            for cell in fn.__closure__ or ():
+                cell.cell_contents = None
         self._slots.clear()
+        self._ours.clear()
 
 
 def _removed(*args: Any, **kwargs: Any) -> Any:

@@ -1111,3 +1111,73 @@ def test_error_parts_are_attributes(ns: str) -> None:
     assert err.fix == "did you mean 'abstract'?"
     assert err.cls_name.endswith("Bad")
     assert isinstance(err, TypeError)
+
+
+def test_install_failure_restores_the_previous_op_and_its_class(ns: str) -> None:
+    """A hook installer that raises midway: the earlier op is installed again, and its class (whose
+    old kernels were released) calls the reinstalled op, with and without grad."""
+    from opclass import Hook, register_hook, unregister_hook
+
+    def explode(record: Any, value: Any) -> None:
+        raise RuntimeError("installer failed")
+
+    class Good(CustomOp, name=f"{ns}::op"):
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            return x * 2
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
+            pass
+
+        @staticmethod
+        def backward(ctx, grad):  # type: ignore[no-untyped-def]
+            return grad * 2
+
+    register_hook(Hook("explode_on_install", explode))
+    try:
+        with pytest.raises(RuntimeError, match="installer failed"):
+
+            class Bad(CustomOp, name=f"{ns}::op"):
+                explode_on_install = staticmethod(lambda: None)
+
+                @staticmethod
+                def cpu(x: Tensor) -> Tensor:
+                    return x * 3
+    finally:
+        unregister_hook("explode_on_install")
+    x = torch.arange(3.0, requires_grad=True)
+    assert torch.equal(Good(x.detach()), x.detach() * 2)
+    assert torch.equal(getattr(torch.ops, ns).op(x.detach()), x.detach() * 2)
+    Good(x).sum().backward()
+    assert x.grad is not None and torch.equal(x.grad, torch.full((3,), 2.0))
+
+
+def test_install_failure_restores_an_inplace_op(ns: str) -> None:
+    """As above for an op whose fast path calls opclass's checked kernel (Tag.inplace)."""
+    from opclass import Hook, register_hook, unregister_hook
+
+    def explode(record: Any, value: Any) -> None:
+        raise RuntimeError("installer failed")
+
+    class Good(CustomOp, name=f"{ns}::op_", mutates_args=("x",), tags=torch.Tag.inplace):
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            return x.mul_(2)
+
+    register_hook(Hook("explode_on_install", explode))
+    try:
+        with pytest.raises(RuntimeError, match="installer failed"):
+
+            class Bad(CustomOp, name=f"{ns}::op_", mutates_args=("x",), tags=torch.Tag.inplace):
+                explode_on_install = staticmethod(lambda: None)
+
+                @staticmethod
+                def cpu(x: Tensor) -> Tensor:
+                    return x.mul_(3)
+    finally:
+        unregister_hook("explode_on_install")
+    x = torch.ones(3)
+    assert Good(x) is x and torch.equal(x, torch.full((3,), 2.0))
+    getattr(torch.ops, ns).op_(x)
+    assert torch.equal(x, torch.full((3,), 4.0))
