@@ -67,7 +67,13 @@ _NOT_STR: dict[type, str] = {IntExpr: "int", FloatExpr: "float", BytesExpr: "byt
 
 
 class OpclassPlugin(Plugin):
-    """Gives each ``CustomOp`` subclass the op's call signature (see the module docstring)."""
+    """Gives each ``CustomOp`` subclass the op's call signature (see the module docstring).
+
+    Example:
+        >>> import mypy.plugin
+        >>> issubclass(OpclassPlugin, mypy.plugin.Plugin)
+        True
+    """
 
     def get_base_class_hook(self, fullname: str) -> Callable[[ClassDefContext], None] | None:
         info = self._info(fullname)
@@ -87,7 +93,12 @@ class OpclassPlugin(Plugin):
 
 
 def plugin(version: str) -> type[Plugin]:
-    """The entry point mypy calls (``plugins = opclass.mypy``)."""
+    """The entry point mypy calls (``plugins = opclass.mypy``).
+
+    Example:
+        >>> plugin("2.4") is OpclassPlugin
+        True
+    """
     return OpclassPlugin
 
 
