@@ -7,6 +7,7 @@ class leaves the dispatcher (and any earlier op of the same name) as it was.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import re
 import weakref
@@ -15,7 +16,7 @@ from typing import Any, Iterable, Mapping
 import torch
 
 from . import _record, _register, _schema
-from ._codegen import make_call
+from ._codegen import install_call
 from ._hooks import Hook, HookContext, hooks
 from ._record import OpRecord
 from .errors import OpDefinitionError, did_you_mean, formatdef
@@ -27,6 +28,7 @@ _ALIASES = {
     "fake": "abstract", "meta": "abstract", "fake_impl": "abstract", "register_fake": "abstract",
     "abstract_impl": "abstract", "setup_ctx": "setup_context", "save_for_backward": "setup_context",
     "backwards": "backward", "bwd": "backward", "forward": "default", "batch_rule": "vmap",
+    "shard": "sharding", "register_sharding": "sharding",
 }
 # Device names torch does not know, and the one that was meant.
 _NOT_DEVICES = {"gpu": "cuda", "tpu": "xla", "npu": "privateuseone", "metal": "mps", "rocm": "cuda", "hpu_": "hpu"}
@@ -327,16 +329,14 @@ class OpBuilder:
                     # destroy() released the kernels the old class's call function holds.
                     owner = old.owner() if old.owner is not None else None
                     if owner is not None:
-                        owner._opclass_call = make_call(old, owner)
-                        owner._opclass_op = old.op
+                        install_call(old, owner)
                 raise
             _record.set_live(record)
             if old is not None:
                 _record.retire(old)
             record.owner = weakref.ref(self.cls)
             self.cls._opclass_record = record  # type: ignore[attr-defined]
-            self.cls._opclass_call = make_call(record, self.cls)  # type: ignore[attr-defined]
-            self.cls._opclass_op = record.op  # type: ignore[attr-defined]
+            install_call(record, self.cls)
         self.cls.__signature__ = record.signature  # type: ignore[attr-defined]
         doc = (self.cls.__dict__.get("__doc__") or "").rstrip()
         self.cls.__doc__ = (doc + "\n\n" if doc else "") + f"Operator ``{record.qualname}``: ``{record.schema_str}``"
@@ -368,10 +368,14 @@ def install(record: OpRecord) -> None:
     record.user_kernels.clear()
     record.fake = record.setup_context = record.backward = record.jvp = None
     record.samples = None
+    record.eager_autograd = False
     _register.define(record)
     # Registry order, not class-body order: an installer may rely on earlier hooks' results.
     for name, hook in hooks().items():
         if name in record.hooks:
+            if hook.uninstall is not None:
+                # Registered before install: a half-done install is undone too.
+                record.cleanups.append(functools.partial(hook.uninstall, record, record.hooks[name]))
             hook.install(record, record.hooks[name])
     _register.register_default_fake(record)
     _register.register_core(record)

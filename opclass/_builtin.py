@@ -9,24 +9,15 @@ from typing import Any, Callable
 import torch
 from torch import _C
 
+from . import _eager
 from ._alias import check_arity
-from ._hooks import Hook, HookContext, register_hook
+from ._hooks import Hook, HookContext, positional_count as _positional_count, register_hook
 from ._record import OpRecord
 from ._register import checked_kernel
+from ._sharding import sharding_hook
 
 #: Device types that get a kernel hook of their own name (``def cuda(...)``).
 DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "hpu", "mtia", "xla", "ipu", "maia", "hip", "privateuseone")
-
-
-def _positional_count(fn: Any) -> int | None:
-    """How many positional parameters ``fn`` takes, or ``None`` if it takes ``*args``."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return None
-    if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return None
-    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
 
 
 def device_hook(device_type: str | None) -> Hook:
@@ -255,7 +246,9 @@ def register_builtin_hooks() -> None:
     register_hook(Hook("setup_context", _install_setup_context, check=_check_setup_context, requires=("backward",), doc="save what backward needs: (ctx, inputs, output)"))
     register_hook(Hook("backward", _install_backward, check=_check_backward, requires=("setup_context",), doc="gradients of the inputs: (ctx, *grads)"))
     register_hook(Hook("jvp", _install_jvp, check=_check_jvp, requires=("setup_context",), doc="forward-mode AD: (ctx, *input_tangents) -> output tangent(s)"))
+    register_hook(Hook("eager_autograd", _eager.install, check=_eager.check, staticmethod=False, doc="True: eager autograd differentiates through the kernel; compile/export see one opaque op"))
     register_hook(Hook("vmap", _install_vmap, check=_check_vmap, doc="batching rule (info, in_dims, *args) -> (output, out_dims)"))
     register_hook(Hook("autocast", _install_autocast, check=_check_autocast, staticmethod=False, doc="dict device type -> dtype: cast floating inputs under autocast"))
     register_hook(Hook("torch_dispatch", _install_torch_dispatch, check=_check_torch_dispatch, staticmethod=False, doc="dict Tensor subclass / TorchDispatchMode -> rule"))
+    register_hook(sharding_hook())
     register_hook(Hook("samples", _install_samples, check=_check_samples, doc="representative inputs for opclass.testing: () -> Sample or args tuples"))

@@ -7,7 +7,8 @@ import linecache
 import weakref
 from typing import Any, Callable
 
-from ._fastpath import collides, fast_source, functorch_lines
+from . import _native
+from ._fastpath import c_entry, collides, fast_source, functorch_lines
 from ._record import OpRecord
 
 _COUNTER = itertools.count()
@@ -57,6 +58,20 @@ def call_source(record: OpRecord, name: str) -> tuple[str, dict[str, Any]]:
         source = f"def {name}(*args, **kwargs):\n    return _op(*args, **kwargs)\n"
     return source, closure
 
+
+
+def install_call(record: OpRecord, cls: Any) -> None:
+    """Give ``cls`` its call: the generated function, the C entry for simple ops, the op."""
+    cls._opclass_call = make_call(record, cls)
+    cls._opclass_op = record.op
+    # The C entry repeats the generated function's decisions, so only where one was generated.
+    cls._opclass_fast = c_entry(record) if fast_source(record, cls.__name__) is not None else None
+    native = _native.native_module()
+    if native is not None:
+        try:  # calls skip tp_call's argument tuple
+            native.enable_vectorcall(type(cls), cls)
+        except TypeError:
+            pass  # a metaclass with a __call__ of its own keeps it
 
 
 def make_call(record: OpRecord, cls: type) -> Callable[..., Any]:

@@ -27,8 +27,9 @@ from torch import _C
 
 from . import _native, _schema
 from ._autograd import _Call
+from ._eager import check_differentiable
 from ._record import OpRecord
-from ._returns import converter, exact_check
+from ._returns import converter, exact_check, exact_predicate
 from ._alias import check_outputs, output_is_fresh
 
 _PLAIN = frozenset({torch.Tensor, torch.nn.Parameter})
@@ -173,6 +174,51 @@ def fast_source(record: OpRecord, name: str) -> tuple[str, dict[str, Any]] | Non
     if collides(source, closure, record):
         return None  # a parameter would shadow the generated code's own names: dispatcher only
     return source, closure
+
+
+_C_LETTERS = {"Tensor": "T", "Optional[Tensor]": "O", "float": "f", "int": "i", "bool": "b"}
+
+
+def c_entry(record: OpRecord) -> tuple[Any, ...] | None:
+    """What the native class call needs to run a simple op's plain-eager call entirely in C:
+    ``(spec, kernel_cpu, kernel_cuda, apply_cpu, apply_cuda, finish)``, or ``None``.
+
+    Only for the cases the generated function handles without extra logic: positional Tensor,
+    float, int and bool parameters (all passed), fresh outputs, no autocast rule. The C code makes
+    the same decisions as the generated function (same guard; exact types for the numbers) and
+    hands every other call to it.
+    """
+    native = _native.native_module()
+    params = record.schema.arguments
+    if (
+        native is None
+        or not _cheap_alias(record)
+        or record.mutated
+        or "autocast" in record.hooks
+        or any(a.kwarg_only or str(a.real_type) not in _C_LETTERS for a in params)
+        or not any(str(a.real_type) == "Tensor" for a in params)
+    ):
+        return None
+    kernels: list[Any] = []
+    applies: list[Any] = []
+    for d in _FAST_DEVICES:
+        user = record.user_kernels.get(d) or record.user_kernels.get(None)
+        kernels.append(user)
+        fn_cls = record.fast_functions.get(d)
+        applies.append(_c_apply(fn_cls) if user is not None and fn_cls is not None and not record.eager_autograd else None)
+    n_returns = len(record.schema.returns)
+    convert = converter(record.qualname, record.schema)
+    is_exact = exact_predicate(record.schema)
+    wheres = {d: f"{record.qualname} ({record.cls_name}.{d if d in record.user_kernels else 'default'})" for d in _FAST_DEVICES}
+
+    def finish(out: Any, *args: Any) -> Any:
+        """A kernel's output that is not a fresh Tensor: the full check, then the conversion."""
+        device = next(a.device.type for a in args if isinstance(a, torch.Tensor))
+        check_outputs(wheres[device], n_returns, args, {}, out)
+        return out if is_exact(out) else convert(out)
+
+    spec = "".join(_C_LETTERS[str(a.real_type)] for a in params).encode()
+    return (spec, *kernels, *applies, finish)
 
 
 def functorch_lines(record: OpRecord, closure: dict[str, Any], call_args: str) -> list[str]:
@@ -322,7 +368,7 @@ class _Generator:
             lines.append(f"{ind}if _g == {code}:")
             lines += self._kernel_call(d, ind + "    ")
             lines.append(f"{ind}if _g == {code | 4}:")
-            lines.append(f"{ind}    return {self._grad_call(d)}")
+            lines += self._grad_lines(d, ind + "    ")
         return lines
 
     def python(self, tensors: list[_Param], lists: list[_Param], value_guards: list[str]) -> list[str]:
@@ -372,9 +418,15 @@ class _Generator:
             rg += [f"_list_rg({p.name})" for p in lists]
             if rg:
                 lines.append(f"{inner}if ({' or '.join(rg)}) and _grad() and not _excluded(_AG):")
-                lines.append(f"{inner}    return {self._grad_call(d)}")
+                lines += self._grad_lines(d, inner + "    ")
             lines += self._kernel_call(d, inner)
         return lines
+
+    def _grad_lines(self, device: str, ind: str) -> list[str]:
+        if self.record.eager_autograd:
+            # Differentiate through the kernel: call it with autograd on, as the Autograd kernel does.
+            return self._kernel_call(device, ind, differentiable=True)
+        return [f"{ind}return {self._grad_call(device)}"]
 
     def _grad_call(self, device: str) -> str:
         if self.record.mutated or self.record.is_out:
@@ -384,10 +436,12 @@ class _Generator:
             return f"_apply_{device}({self.apply_args})"
         return f"_apply({self.apply_args}, _Call(None, {len(self.positional)}, {tuple(self.keywords)!r}, _k_{device}))"
 
-    def _kernel_call(self, device: str, ind: str) -> list[str]:
+    def _kernel_call(self, device: str, ind: str, differentiable: bool = False) -> list[str]:
         """Call the kernel, check outputs, bump versions of mutated arguments, convert, return."""
         record = self.record
         lines = []
+        if differentiable:
+            self.closure["_check_differentiable"] = check_differentiable
         single = len(record.schema.returns) == 1 and str(record.schema.returns[0].real_type) == "Tensor"
         exact = exact_check(record.schema, "_out")
         if _cheap_alias(record):
@@ -402,6 +456,8 @@ class _Generator:
                 lines.append(f"{ind}{check}")
         else:
             lines.append(f"{ind}_out = _k_{device}({self.call_args})")
+        if differentiable:
+            lines.append(f"{ind}_check_differentiable(_where_{device}, _out)")
         if not single or not _cheap_alias(record):
             # What the dispatcher would make of the result (a tuple, Python numbers) or its error;
             # before the version bump, as on every dispatcher path.

@@ -7,6 +7,7 @@ party registers a new one, so whatever a built-in hook can do, an extension can 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -66,6 +67,9 @@ class Hook:
             ``setup_context``).
         staticmethod: the value must be a ``@staticmethod`` (else any class attribute).
         doc: one line for the hooks table.
+        uninstall: ``uninstall(record, value)``, run when the op is removed or redefined, for
+            installers that put something outside the op's own registrations (a global table
+            keyed by ``record.op``): take it out again.
 
     Example:
         >>> import opclass
@@ -85,6 +89,7 @@ class Hook:
     requires: tuple[str, ...] = ()
     staticmethod: bool = True
     doc: str = ""
+    uninstall: Callable[["OpRecord", Any], None] | None = None
 
 
 _HOOKS: dict[str, Hook] = {}
@@ -134,3 +139,14 @@ def hooks() -> Mapping[str, Hook]:
     """
     with _LOCK:
         return dict(_HOOKS)
+
+
+def positional_count(fn: Any) -> int | None:
+    """For hook checks: how many positional parameters ``fn`` takes, or ``None`` if it takes ``*args``."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return None
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)

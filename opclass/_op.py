@@ -125,6 +125,7 @@ class OpMeta(_MetaBase):
 
 if _NATIVE is not None:
     _NATIVE.set_fallback(_call)
+    _NATIVE.enable_vectorcall(OpMeta)
 else:
     OpMeta.__call__ = _call  # type: ignore[method-assign]
 
@@ -172,6 +173,8 @@ class CustomOp(metaclass=OpMeta):
     _opclass_record: ClassVar[OpRecord | None] = None
     _opclass_call: ClassVar[Callable[..., Any] | None] = None
     _opclass_op: ClassVar[torch._ops.OpOverload | None] = None
+    #: The native class call's plain-eager entry for simple ops (see _fastpath.c_entry).
+    _opclass_fast: ClassVar[tuple[Any, ...] | None] = None
     _opclass_keywords: ClassVar[dict[str, Any]] = {}
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
@@ -258,6 +261,14 @@ class CustomOp(metaclass=OpMeta):
         def vmap(info, in_dims, *args):
             """Batching rule for ``torch.vmap``: return ``(output, out_dims)``; see
             ``torch.library.register_vmap``."""
+            raise NotImplementedError
+
+        @staticmethod
+        @_stub
+        def sharding(*args, **kwargs):
+            """DTensor sharding strategies: takes the op's arguments (Tensors arrive as DTensor's
+            spec objects) and returns ``[(output placements, input placements), ...]``; see
+            ``torch.distributed.tensor.experimental.register_sharding``."""
             raise NotImplementedError
 
         @staticmethod

@@ -57,6 +57,8 @@ class OpRecord:
     jvp: Callable[..., Any] | None = None
     #: The op's call under torch.func transforms (applies the autograd.Function from Python).
     functorch_entry: Callable[..., Any] | None = None
+    #: ``eager_autograd = True``: eager autograd differentiates through the kernel itself.
+    eager_autograd: bool = False
     #: The ``samples()`` hook: representative inputs for :mod:`opclass.testing` (metadata only).
     samples: Callable[..., Any] | None = None
     #: The autograd.Function subclass the Autograd kernel applies when grad is needed.
@@ -70,6 +72,8 @@ class OpRecord:
     live: bool = False
     #: Weak reference to the class that defined the op.
     owner: Callable[[], Any] | None = None
+    #: Hooks' ``uninstall`` calls, run (newest first) when the op is removed or replaced.
+    cleanups: list[Callable[[], None]] = dataclasses.field(default_factory=list)
 
     @property
     def is_inplace(self) -> bool:
@@ -114,6 +118,8 @@ def destroy(record: OpRecord) -> None:
     """Drop every dispatcher registration of ``record`` (idempotent)."""
     record.live = False
     _side_effectful_functions.discard(record.op)
+    while record.cleanups:
+        record.cleanups.pop()()
     if record.lib is not None:
         record.lib._destroy()
         release = getattr(record.lib, "release", None)
@@ -169,6 +175,7 @@ def retire(old: OpRecord) -> None:
     if cls is not None:
         cls._opclass_call = _redirect(old.qualname)
         cls._opclass_op = None
+        cls._opclass_fast = None
 
 
 def _redirect(qualname: str) -> Callable[..., Any]:

@@ -13,6 +13,7 @@ import torch
 from torch import _C
 from torch.fx.node import _side_effectful_functions
 
+from . import _eager
 from ._alias import check_outputs, output_is_fresh
 from ._autograd import build_autograd_functions, bump_mutated, make_autograd_kernel
 from ._record import OpRecord
@@ -86,7 +87,13 @@ def register_core(record: OpRecord) -> None:
     assert lib is not None
     name = record.overload_name()
     record.autograd_function, record.fast_functions = build_autograd_functions(record)
-    lib.impl(name, make_autograd_kernel(record), "Autograd", with_keyset=True)
+    if record.eager_autograd:
+        # Differentiated through its kernel: no fast Functions, torch.func sees the kernel.
+        record.fast_functions = {}
+        record.functorch_entry = _eager.direct_entry(record)
+        lib.impl(name, _eager.make_autograd_kernel(record), "Autograd", with_keyset=True)
+    else:
+        lib.impl(name, make_autograd_kernel(record), "Autograd", with_keyset=True)
     if record.mutated:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Warning only once for all operators")

@@ -111,11 +111,20 @@ def test_traceback_shows_generated_call_and_user_kernel(ns: str) -> None:
         def cpu(x: Tensor) -> Tensor:
             raise ValueError("kernel failed on purpose")
 
+    # A keyword argument always goes through the generated function.
     with pytest.raises(ValueError, match="on purpose") as info:
-        Boom(torch.ones(1))
+        Boom(x=torch.ones(1))
     text = "".join(traceback.format_exception(info.value))
     assert "<opclass generated" in text and "_out = _u_cpu(x)" in text
     assert 'raise ValueError("kernel failed on purpose")' in text
+    # Positional: with the native guard the class call's C entry calls the kernel itself, so the
+    # caller's frame is followed by the kernel's; with the Python guard, the generated function's.
+    with pytest.raises(ValueError, match="on purpose") as info:
+        Boom(torch.ones(1))
+    frames = traceback.extract_tb(info.value.__traceback__)
+    assert frames[-1].line == 'raise ValueError("kernel failed on purpose")'
+    assert frames[-2].name == ("test_traceback_shows_generated_call_and_user_kernel" if Boom._opclass_fast else "Boom")
+    assert (Boom._opclass_fast is not None) == (opclass.guard_backend() == "native")
 
 
 def test_import_and_definition_do_not_import_dynamo() -> None:

@@ -49,7 +49,9 @@ data_dependent = _load("data_dependent")
 vmap_rule = _load("vmap_rule")
 variants = _load("variants")
 config_object = _load("config_object")
+dtensor_sharding = _load("dtensor_sharding")
 testing_ops = _load("testing_ops")
+eager_autograd = _load("eager_autograd")
 NumpySin = numpy_sin.NumpySin
 AddInto, Sin_, SinOut = mutable_ops.AddInto, mutable_ops.Sin_, mutable_ops.SinOut
 WeightedSum = list_inputs.WeightedSum
@@ -58,6 +60,8 @@ NumpyNonzero = data_dependent.NumpyNonzero
 NumpyMul = vmap_rule.NumpyMul
 SoftplusNumpy, SoftplusTorch = variants.SoftplusNumpy, variants.SoftplusTorch
 FakeQuant, QuantConfig = config_object.FakeQuant, config_object.QuantConfig
+ShardedScale, ColumnSum = dtensor_sharding.Scale, dtensor_sharding.ColumnSum
+SoftClip = eager_autograd.SoftClip
 
 
 # --------------------------------------------------------------------------- running the scripts
@@ -77,7 +81,7 @@ def test_example_script_runs(script: str) -> None:
 
 
 def test_examples_have_docstring_and_main() -> None:
-    for module in (numpy_sin, mutable_ops, list_inputs, factory, data_dependent, vmap_rule, variants, testing_ops):
+    for module in (numpy_sin, mutable_ops, list_inputs, factory, data_dependent, vmap_rule, variants, testing_ops, eager_autograd):
         stem = module.__name__
         assert module.__doc__ and module.__doc__.strip(), stem
         assert callable(getattr(module, "main", None)), stem
@@ -149,6 +153,10 @@ def _mul_fn(x: Tensor, y: Tensor) -> Tensor:
     return NumpyMul(x, y)
 
 
+def _soft_clip_fn(x: Tensor) -> Tensor:
+    return SoftClip(x, 2.0) * 2
+
+
 def _softplus_numpy_fn(x: Tensor) -> Tensor:
     return SoftplusNumpy(x)
 
@@ -159,6 +167,14 @@ def _softplus_torch_fn(x: Tensor) -> Tensor:
 
 def _fake_quant_fn(x: Tensor) -> Tensor:
     return FakeQuant(x, QuantConfig(bits=4, scale=0.25)) * 2
+
+
+def _sharded_scale_fn(x: Tensor) -> Tensor:
+    return ShardedScale(x, 0.5) + 1
+
+
+def _column_sum_fn(x: Tensor) -> Tensor:
+    return ColumnSum(x) * 2
 
 
 def _nonzero_input() -> Tensor:
@@ -225,6 +241,26 @@ CASES = [
         samples=lambda: [((torch.randn(3, 4), QuantConfig(4, 0.25)), {}), ((torch.randn(5) * 3, QuantConfig()), {}), ((torch.randn(()), QuantConfig(2, 1.0)), {})],
         inputs=lambda: (torch.randn(3, 4),),
         compile_fn=_fake_quant_fn,
+    ),
+    Case(
+        "sharded_scale", "dtensor_sharding", "Scale",
+        samples=lambda: [((torch.randn(4, 6), 0.5), {}), ((torch.randn(3), -2.0), {}), ((torch.randn(()), 1.0), {})],
+        inputs=lambda: (torch.randn(4, 6),),
+        compile_fn=_sharded_scale_fn,
+    ),
+    Case(
+        "column_sum", "dtensor_sharding", "ColumnSum",
+        samples=lambda: [((torch.randn(4, 6),), {}), ((torch.randn(1, 3),), {})],
+        inputs=lambda: (torch.randn(4, 6),),
+        compile_fn=_column_sum_fn,
+    ),
+    Case(
+        "soft_clip", "eager_autograd", "SoftClip",
+        samples=lambda: [((_r(3, 4), 2.0), {}), ((torch.randn(5) * 2e4,), {}), ((_r(),), {})],
+        inputs=lambda: (_r(3, 4),),
+        compile_fn=_soft_clip_fn,
+        grad_inputs=lambda: (_r(2, 5, dtype=torch.double),),
+        grad_fn=_soft_clip_fn,
     ),
     *(
         Case(

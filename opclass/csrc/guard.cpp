@@ -24,6 +24,9 @@
 // raises what the dispatcher raises.
 #include <Python.h>
 
+#include <cstddef>
+#include <vector>
+
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/record_function.h>
@@ -47,14 +50,13 @@ inline bool forward_ad_active() {
   if (forward_ad == nullptr) {
     return false;
   }
-  PyObject* level = PyObject_GetAttr(forward_ad, level_name);
-  if (level == nullptr) {
+  // The module's dict directly: a generic getattr costs more than the rest of the guard.
+  PyObject* level = PyDict_GetItemWithError(PyModule_GetDict(forward_ad), level_name);  // borrowed
+  if (level == nullptr || !PyLong_CheckExact(level)) {
     PyErr_Clear();
     return true;  // unknown: be safe
   }
-  long value = PyLong_AsLong(level);
-  Py_DECREF(level);
-  return value >= 0;
+  return PyLong_AsLong(level) >= 0;
 }
 
 DispatchKeySet plain_set(DispatchKey backend, DispatchKey autograd, DispatchKey autocast) {
@@ -120,6 +122,8 @@ inline int classify_list(PyObject* obj, bool optional, bool* grad) {
   return device;
 }
 
+int classify_call(const char* spec, PyObject* const* values, Py_ssize_t n);
+
 PyObject* guard(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs < 1 || !PyBytes_CheckExact(args[0])) {
     PyErr_SetString(PyExc_TypeError, "guard(spec: bytes, *values)");
@@ -131,18 +135,25 @@ PyObject* guard(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
     PyErr_SetString(PyExc_TypeError, "guard: spec length must match the number of values");
     return nullptr;
   }
+  return PyLong_FromLong(classify_call(spec, args + 1, nargs - 1));
+}
+
+// The guard's decision for values[0..n) described by spec[0..n): 0, or DEVICE | GRAD.
+int classify_call(const char* spec, PyObject* const* values, Py_ssize_t n) {
   auto local = c10::impl::tls_local_dispatch_key_set();
   if (!(local.included_ - kAllowedIncluded).empty() || !excluded_ok(local.excluded_) ||
       at::impl::torch_function_mode_enabled() ||
-      at::hasCallbacks() || forward_ad_active()) {
-    return PyLong_FromLong(0);
+      // What the dispatcher asks before recording an op (a thread-local snapshot; hasCallbacks()
+      // copies the global callback list under a mutex).
+      at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION).has_value() || forward_ad_active()) {
+    return 0;
   }
   int device = -1;
   bool grad = false;
-  for (Py_ssize_t i = 1; i < nargs; ++i) {
-    PyObject* obj = args[i];
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* obj = values[i];
     int d;
-    switch (spec[i - 1]) {
+    switch (spec[i]) {
       case 'T':
         d = classify(obj, &grad);
         break;
@@ -158,24 +169,36 @@ PyObject* guard(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
       case 'X':
         d = -1;
         break;
+      // Exact Python types, as the generated code's value guards check them.
+      case 'f':
+        d = PyFloat_CheckExact(obj) ? -1 : 0;
+        break;
+      case 'b':
+        d = PyBool_Check(obj) ? -1 : 0;
+        break;
+      case 'i': {
+        int overflow = 0;
+        d = PyLong_CheckExact(obj) && (PyLong_AsLongLongAndOverflow(obj, &overflow), overflow == 0) ? -1 : 0;
+        break;
+      }
       default:
         d = 0;
     }
     if (d == 0 || (d != -1 && device != -1 && d != device)) {
-      return PyLong_FromLong(0);
+      return 0;
     }
     if (d != -1) {
       device = d;
     }
   }
   if (device == -1) {
-    return PyLong_FromLong(0);
+    return 0;
   }
   // Exclusion works on functionality bits (inference_mode, AutoDispatchBelowAutograd).
   if (grad && c10::GradMode::is_enabled() && !local.excluded_.has(DispatchKey::AutogradFunctionality)) {
-    return PyLong_FromLong(device | 4);
+    return device | 4;
   }
-  return PyLong_FromLong(device);
+  return device;
 }
 
 // autocast_enabled(device: int) -> bool: whether autocast is on for cpu (1) / cuda (2).
@@ -185,17 +208,19 @@ PyObject* autocast_enabled(PyObject* /*self*/, PyObject* arg) {
   return PyBool_FromLong(!c10::impl::tls_local_dispatch_key_set().excluded_.has(key));
 }
 
-PyObject* fresh(PyObject* /*self*/, PyObject* obj) {
-  // Two references: the caller's local variable and the argument of this call. No view, and a
-  // storage of its own (set_() can share one without a view relation).
-  if (Py_TYPE(obj) != reinterpret_cast<PyTypeObject*>(THPVariableClass) || Py_REFCNT(obj) > 2) {
-    Py_RETURN_FALSE;
+// A plain Tensor with at most `refs` references, no view, and a storage of its own (set_() can
+// share one without a view relation).
+inline bool is_fresh(PyObject* obj, Py_ssize_t refs) {
+  if (Py_TYPE(obj) != reinterpret_cast<PyTypeObject*>(THPVariableClass) || Py_REFCNT(obj) > refs) {
+    return false;
   }
   const at::Tensor& t = THPVariable_Unpack(obj);
-  if (t.is_view() || !t.has_storage() || t.storage().use_count() != 1) {
-    Py_RETURN_FALSE;
-  }
-  Py_RETURN_TRUE;
+  return !t.is_view() && t.has_storage() && t.storage().use_count() == 1;
+}
+
+PyObject* fresh(PyObject* /*self*/, PyObject* obj) {
+  // Two references: the caller's local variable and the argument of this call.
+  return PyBool_FromLong(is_fresh(obj, 2));
 }
 
 // call_below_autograd(fn, *args, **kwargs): fn(*args, **kwargs) with autograd keys excluded.
@@ -221,6 +246,23 @@ PyObject* set_fallback(PyObject* /*self*/, PyObject* arg) {
   Py_RETURN_NONE;
 }
 
+// The pending exception is a TypeError raised while binding arguments (no frame of the call
+// ran): clear it and return true, for the fallback to raise the dispatcher's error instead.
+bool binding_error() {
+  if (!PyErr_ExceptionMatches(PyExc_TypeError)) {
+    return false;
+  }
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  if (traceback != nullptr) {  // raised inside the call
+    PyErr_Restore(type, value, traceback);
+    return false;
+  }
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  return true;
+}
+
 PyObject* meta_call(PyObject* cls, PyObject* args, PyObject* kwargs) {
   PyObject* call = PyObject_GetAttr(cls, call_name);
   if (call == nullptr) {
@@ -229,17 +271,9 @@ PyObject* meta_call(PyObject* cls, PyObject* args, PyObject* kwargs) {
   if (call != Py_None && fallback != nullptr) {
     PyObject* result = PyObject_Call(call, args, kwargs);
     Py_DECREF(call);
-    if (result != nullptr || !PyErr_ExceptionMatches(PyExc_TypeError)) {
+    if (result != nullptr || !binding_error()) {
       return result;
     }
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback);
-    if (traceback != nullptr) {  // raised inside the call: not a binding error
-      PyErr_Restore(type, value, traceback);
-      return nullptr;
-    }
-    Py_XDECREF(type);
-    Py_XDECREF(value);
   } else {
     Py_DECREF(call);
   }
@@ -265,6 +299,123 @@ PyObject* meta_call(PyObject* cls, PyObject* args, PyObject* kwargs) {
   return result;
 }
 
+PyObject* fast_name = nullptr;  // "_opclass_fast"
+
+// The whole plain-eager call in C, for simple ops (see _fastpath.c_entry): fast is
+// (spec, kernel_cpu, kernel_cuda, apply_cpu, apply_cuda, finish). Returns NotImplemented (a new
+// reference) when the generated call function must decide instead.
+PyObject* fast_call(PyObject* fast, const char* spec, PyObject* const* args, Py_ssize_t nargs) {
+  int code = classify_call(spec, args, nargs);
+  PyObject* target = code == 1 || code == 2 ? PyTuple_GET_ITEM(fast, code)
+      : code == 5 || code == 6              ? PyTuple_GET_ITEM(fast, code - 2)
+                                            : Py_None;
+  if (target == Py_None) {
+    Py_RETURN_NOTIMPLEMENTED;
+  }
+  PyObject* out = PyObject_Vectorcall(target, args, static_cast<size_t>(nargs), nullptr);
+  if (out == nullptr || code > 4 || is_fresh(out, 1)) {
+    return out;  // the Function's forward checked its outputs itself
+  }
+  // finish(out, *args): the full aliasing check and the conversion the dispatcher would do.
+  std::vector<PyObject*> full(static_cast<size_t>(nargs) + 1);
+  full[0] = out;
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    full[static_cast<size_t>(i) + 1] = args[i];
+  }
+  PyObject* result = PyObject_Vectorcall(PyTuple_GET_ITEM(fast, 5), full.data(), full.size(), nullptr);
+  Py_DECREF(out);
+  return result;
+}
+
+// The op class's vectorcall: cls._opclass_call(*args) with no argument tuple built and no
+// attribute-lookup machinery (the type cache answers), which tp_call would cost on every call.
+PyObject* op_vectorcall(PyObject* cls, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  PyObject* call = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(cls), call_name);  // borrowed
+  if (call == nullptr || call == Py_None || fallback == nullptr || !PyFunction_Check(call)) {
+    // Not an op (yet), or something unusual: the general path.
+    PyObject* tuple = PyTuple_New(PyVectorcall_NARGS(nargsf));
+    if (tuple == nullptr) {
+      return nullptr;
+    }
+    for (Py_ssize_t i = 0; i < PyVectorcall_NARGS(nargsf); ++i) {
+      Py_INCREF(args[i]);
+      PyTuple_SET_ITEM(tuple, i, args[i]);
+    }
+    PyObject* kwargs = nullptr;
+    if (kwnames != nullptr && PyTuple_GET_SIZE(kwnames) > 0) {
+      kwargs = PyDict_New();
+      Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+      for (Py_ssize_t i = 0; kwargs != nullptr && i < PyTuple_GET_SIZE(kwnames); ++i) {
+        if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, i), args[n + i]) < 0) {
+          Py_CLEAR(kwargs);
+        }
+      }
+      if (kwargs == nullptr) {
+        Py_DECREF(tuple);
+        return nullptr;
+      }
+    }
+    PyObject* result = meta_call(cls, tuple, kwargs);
+    Py_DECREF(tuple);
+    Py_XDECREF(kwargs);
+    return result;
+  }
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  PyObject* fast = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(cls), fast_name);  // borrowed
+  if (fast != nullptr && PyTuple_CheckExact(fast) && PyTuple_GET_SIZE(fast) == 6 &&
+      (kwnames == nullptr || PyTuple_GET_SIZE(kwnames) == 0)) {
+    PyObject* spec = PyTuple_GET_ITEM(fast, 0);
+    if (PyBytes_GET_SIZE(spec) == nargs) {
+      PyObject* result = fast_call(fast, PyBytes_AS_STRING(spec), args, nargs);
+      if (result != Py_NotImplemented) {
+        return result;
+      }
+      Py_DECREF(result);
+    }
+  }
+  Py_INCREF(call);  // the class's attribute may be replaced while the call runs
+  PyObject* result = PyObject_Vectorcall(call, args, nargsf, kwnames);
+  Py_DECREF(call);
+  if (result != nullptr || !binding_error()) {
+    return result;
+  }
+  // fallback(cls, *args, **kwargs): the dispatcher's argument parsing and error.
+  Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+  Py_ssize_t total = n + (kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0);
+  std::vector<PyObject*> full(static_cast<size_t>(total) + 1);
+  full[0] = cls;
+  for (Py_ssize_t i = 0; i < total; ++i) {
+    full[static_cast<size_t>(i) + 1] = args[i];
+  }
+  return PyObject_Vectorcall(fallback, full.data(), static_cast<size_t>(n + 1), kwnames);
+}
+
+// enable_vectorcall(meta, cls=None): let classes of metaclass `meta` be called through their
+// tp_vectorcall (heap metaclasses that define tp_call do not inherit that flag), and give `cls`
+// ours. A class without one (an abstract base) still goes through tp_call.
+PyObject* enable_vectorcall(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs < 1 || !PyType_Check(args[0]) || (nargs > 1 && args[1] != Py_None && !PyType_Check(args[1]))) {
+    PyErr_SetString(PyExc_TypeError, "enable_vectorcall(meta: type, cls: type | None = None)");
+    return nullptr;
+  }
+  auto* meta = reinterpret_cast<PyTypeObject*>(args[0]);
+  if (!PyType_IsSubtype(meta, &PyType_Type) || meta->tp_call != meta_call) {
+    PyErr_SetString(PyExc_TypeError, "enable_vectorcall: not a metaclass built on MetaBase");
+    return nullptr;
+  }
+  meta->tp_vectorcall_offset = offsetof(PyTypeObject, tp_vectorcall);
+  meta->tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL;
+  if (nargs > 1 && args[1] != Py_None) {
+    auto* cls = reinterpret_cast<PyTypeObject*>(args[1]);
+    if (!PyType_IsSubtype(Py_TYPE(cls), meta)) {
+      PyErr_SetString(PyExc_TypeError, "enable_vectorcall: the class is not an instance of the metaclass");
+      return nullptr;
+    }
+    cls->tp_vectorcall = op_vectorcall;
+  }
+  Py_RETURN_NONE;
+}
+
 PyObject* set_parameter_type(PyObject* /*self*/, PyObject* arg) {
   if (!PyType_Check(arg)) {
     PyErr_SetString(PyExc_TypeError, "expected a type");
@@ -280,6 +431,8 @@ PyMethodDef methods[] = {
     {"autocast_enabled", autocast_enabled, METH_O, "autocast on for device"},
     {"set_parameter_type", set_parameter_type, METH_O, "register nn.Parameter"},
     {"set_fallback", set_fallback, METH_O, "register OpMeta's Python __call__"},
+    {"enable_vectorcall", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(enable_vectorcall)), METH_FASTCALL,
+     "call op classes through vectorcall"},
     {"set_forward_ad", set_forward_ad, METH_O, "register torch.autograd.forward_ad"},
     {"fresh", fresh, METH_O, "output cannot alias an input"},
     {"call_below_autograd", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(call_below_autograd)),
@@ -292,6 +445,7 @@ PyModuleDef module = {PyModuleDef_HEAD_INIT, "opclass_guard", nullptr, -1, metho
 
 PyMODINIT_FUNC PyInit_opclass_guard(void) {
   call_name = PyUnicode_InternFromString("_opclass_call");
+  fast_name = PyUnicode_InternFromString("_opclass_fast");
   level_name = PyUnicode_InternFromString("_current_level");
   PyObject* m = PyModule_Create(&module);
   if (m == nullptr) {
