@@ -62,10 +62,11 @@ def call_source(record: OpRecord, name: str) -> tuple[str, dict[str, Any]]:
 
 def install_call(record: OpRecord, cls: Any) -> None:
     """Give ``cls`` its call: the generated function, the C entry for simple ops, the op."""
-    cls._opclass_call = make_call(record, cls)
+    generated = fast_source(record, cls.__name__)
+    cls._opclass_call = make_call(record, cls, generated)
     cls._opclass_op = record.op
     # The C entry repeats the generated function's decisions, so only where one was generated.
-    cls._opclass_fast = c_entry(record) if fast_source(record, cls.__name__) is not None else None
+    cls._opclass_fast = c_entry(record) if generated is not None else None
     native = _native.native_module()
     if native is not None:
         try:  # calls skip tp_call's argument tuple
@@ -74,9 +75,13 @@ def install_call(record: OpRecord, cls: Any) -> None:
             pass  # a metaclass with a __call__ of its own keeps it
 
 
-def make_call(record: OpRecord, cls: type) -> Callable[..., Any]:
-    """The function ``MyOp(...)`` runs: the op's exact signature, guarded fast path included."""
-    generated = fast_source(record, cls.__name__)
+def make_call(record: OpRecord, cls: type, generated: tuple[str, dict[str, Any]] | None = None) -> Callable[..., Any]:
+    """The function ``MyOp(...)`` runs: the op's exact signature, guarded fast path included.
+
+    ``generated``: ``fast_source(record, cls.__name__)`` when the caller has it already.
+    """
+    if generated is None:
+        generated = fast_source(record, cls.__name__)
     source, closure = generated if generated is not None else call_source(record, cls.__name__)
     fn = compile_function(cls.__name__, source, closure, f"{record.qualname} {cls.__module__}.{cls.__qualname__}")
     fn.__qualname__ = f"{cls.__qualname__}.__call__"

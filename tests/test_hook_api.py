@@ -171,3 +171,42 @@ def test_register_hook_rejects_private_names() -> None:
 def test_device_hook_for_unknown_device_type() -> None:
     with pytest.raises(ValueError, match="'tpu' is not a torch device type"):
         opclass.device_hook("tpu")
+
+
+def test_uninstall_runs_on_removal_redefinition_and_failed_install(ns: str) -> None:
+    """A third-party hook that fills a global table takes its entry out again."""
+    table: dict[str, Any] = {}
+
+    def install(record: opclass.OpRecord, value: Any) -> None:
+        table[record.qualname] = value
+        if value == "boom":
+            raise RuntimeError("install failed")
+
+    def uninstall(record: opclass.OpRecord, value: Any) -> None:
+        assert table.pop(record.qualname) == value
+
+    opclass.register_hook(Hook("docs_registry", install, uninstall=uninstall, staticmethod=False))
+    try:
+
+        def define(value: str) -> Any:
+            class Tagged(CustomOp, name=f"{ns}::tagged"):
+                docs_registry = value
+
+                @staticmethod
+                def default(x: Tensor) -> Tensor:
+                    return x + 1
+
+            return Tagged
+
+        first = define("first")
+        assert table == {f"{ns}::tagged": "first"}
+        define("second")  # redefinition: the old op's entry goes first
+        assert table == {f"{ns}::tagged": "second"}
+        with pytest.raises(RuntimeError, match="install failed"):
+            define("boom")  # the half-done install is undone, the previous op put back
+        assert table == {f"{ns}::tagged": "second"}
+        torch.testing.assert_close(first(torch.zeros(1)), torch.ones(1))
+        opclass.remove_namespace(ns)
+        assert table == {}
+    finally:
+        opclass.unregister_hook("docs_registry")
