@@ -330,6 +330,20 @@ PyObject* fast_call(PyObject* fast, const char* spec, PyObject* const* args, Py_
 // The op class's vectorcall: cls._opclass_call(*args) with no argument tuple built and no
 // attribute-lookup machinery (the type cache answers), which tp_call would cost on every call.
 PyObject* op_vectorcall(PyObject* cls, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  // The C entry first: a class has one only while its generated call function is current.
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  PyObject* fast = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(cls), fast_name);  // borrowed
+  if (fast != nullptr && PyTuple_CheckExact(fast) && PyTuple_GET_SIZE(fast) == 6 &&
+      (kwnames == nullptr || PyTuple_GET_SIZE(kwnames) == 0)) {
+    PyObject* spec = PyTuple_GET_ITEM(fast, 0);
+    if (PyBytes_GET_SIZE(spec) == nargs) {
+      PyObject* result = fast_call(fast, PyBytes_AS_STRING(spec), args, nargs);
+      if (result != Py_NotImplemented) {
+        return result;
+      }
+      Py_DECREF(result);
+    }
+  }
   PyObject* call = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(cls), call_name);  // borrowed
   if (call == nullptr || call == Py_None || fallback == nullptr || !PyFunction_Check(call)) {
     // Not an op (yet), or something unusual: the general path.
@@ -359,19 +373,6 @@ PyObject* op_vectorcall(PyObject* cls, PyObject* const* args, size_t nargsf, PyO
     Py_DECREF(tuple);
     Py_XDECREF(kwargs);
     return result;
-  }
-  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-  PyObject* fast = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(cls), fast_name);  // borrowed
-  if (fast != nullptr && PyTuple_CheckExact(fast) && PyTuple_GET_SIZE(fast) == 6 &&
-      (kwnames == nullptr || PyTuple_GET_SIZE(kwnames) == 0)) {
-    PyObject* spec = PyTuple_GET_ITEM(fast, 0);
-    if (PyBytes_GET_SIZE(spec) == nargs) {
-      PyObject* result = fast_call(fast, PyBytes_AS_STRING(spec), args, nargs);
-      if (result != Py_NotImplemented) {
-        return result;
-      }
-      Py_DECREF(result);
-    }
   }
   Py_INCREF(call);  // the class's attribute may be replaced while the call runs
   PyObject* result = PyObject_Vectorcall(call, args, nargsf, kwnames);
