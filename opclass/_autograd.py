@@ -12,8 +12,9 @@ from torch import _C
 
 from . import _native
 from ._alias import check_outputs, output_is_fresh
-from ._record import OpRecord
-from ._returns import converter, exact_check, exact_predicate
+from ._plan import FAST_DEVICES
+from ._record import Kernel, OpRecord
+from ._returns import converter, exact_predicate
 
 _AFTER_AUTOGRAD = _C._after_autograd_keyset
 _ADIV = _C.DispatchKey.ADInplaceOrView
@@ -53,7 +54,8 @@ def build_autograd_functions(record: OpRecord) -> tuple[type[torch.autograd.Func
     below = call_below_autograd()
     convert = converter(qualname, schema)
     is_exact = exact_predicate(schema)
-    single_tensor = exact_check(schema, "out") == "type(out) is _T"
+    # Only a Tensor-returning op's fresh Tensor is final: everything else is finished.
+    single_tensor = record.plan is not None and record.plan.single_tensor
 
     def user_backward(ctx: Any, grads: tuple[Any, ...]) -> tuple[Any, ...]:
         if record.backward is None:
@@ -125,9 +127,9 @@ def build_autograd_functions(record: OpRecord) -> tuple[type[torch.autograd.Func
             grads_in.append(result[i] if i < len(result) else None)
         return (*grads_in, None)
 
-    def fast_function(device: str | None, kernel: Callable[..., Any]) -> type[torch.autograd.Function]:
+    def fast_function(device: str, k: Kernel) -> type[torch.autograd.Function]:
         # Aliasing errors name the hook whose kernel ran, as on the dispatcher path.
-        where = f"{qualname} ({cls_name}.{'default' if device is None else device})"
+        kernel, where = k.user, k.where
 
         def fast_forward(ctx: Any, *args: Any) -> Any:
             # The kernel sees what it sees on the dispatcher path: autograd below it.
@@ -148,7 +150,7 @@ def build_autograd_functions(record: OpRecord) -> tuple[type[torch.autograd.Func
             return user_backward(ctx, grads)
 
         # Same class name as the dispatcher's Function: grad_fn reads the same on both paths.
-        return _function_class(f"{cls_name}Function", fast_forward, fast_backward, schema, f"{cls_name}Function[{device or 'default'}]")
+        return _function_class(f"{cls_name}Function", fast_forward, fast_backward, schema, f"{cls_name}Function[{k.hook}]")
 
     def vmap(info: Any, in_dims: tuple[Any, ...], *flat: Any) -> Any:
         # A vmap level under a grad/jvp level: batch the op itself (its vmap hook, or torch's
@@ -182,11 +184,9 @@ def build_autograd_functions(record: OpRecord) -> tuple[type[torch.autograd.Func
         generic = _function_class(f"{cls_name}Function", forward, backward, schema, setup_context=setup_context, jvp=jvp, vmap=vmap)
     record.functorch_entry = functorch_entry
     fast: dict[str, type[torch.autograd.Function]] = {}
-    if not kw_only:
-        for device in ("cpu", "cuda"):
-            hook = device if device in record.user_kernels else None if None in record.user_kernels else "-"
-            if hook != "-":
-                fast[device] = fast_function(hook, record.user_kernels[hook])
+    if not kw_only and record.plan is not None and record.plan.grad == "function":
+        for device, k in record.plan.kernels.items():
+            fast[device] = fast_function(device, k)
     return generic, fast
 
 
@@ -250,14 +250,12 @@ def plain_keysets(record: OpRecord) -> dict[int, Callable[..., Any]]:
     """Raw keysets at the Autograd key that mean "plain dense tensors on one device", and the
     backend kernel that the dispatcher would reach from there (nothing else runs in between)."""
     table: dict[int, Callable[..., Any]] = {}
-    for device_type, key in (("cpu", _C.DispatchKey.CPU), ("cuda", _C.DispatchKey.CUDA)):
-        kernel = record.kernels.get(device_type) or record.kernels.get(None)
-        if kernel is None:
-            continue
-        autograd_key = getattr(_C.DispatchKey, "Autograd" + key.name)
-        keyset = _C.DispatchKeySet(key).add(autograd_key)
-        table[keyset.raw_repr()] = kernel
-        table[keyset.add(_C.DispatchKey.ADInplaceOrView).raw_repr()] = kernel
+    assert record.plan is not None
+    for device_type, kernel in record.plan.kernels.items():
+        key = getattr(_C.DispatchKey, FAST_DEVICES[device_type])
+        keyset = _C.DispatchKeySet(key).add(getattr(_C.DispatchKey, "Autograd" + key.name))
+        table[keyset.raw_repr()] = kernel.checked
+        table[keyset.add(_C.DispatchKey.ADInplaceOrView).raw_repr()] = kernel.checked
     return table
 
 
@@ -280,22 +278,31 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
     native = _native.native_module()
     guard = native.guard if native is not None else None
     specs = _guard_specs(record)
-    by_code = {1: plain.get(_plain_raw("cpu")), 2: plain.get(_plain_raw("cuda"))}
-    # Functional ops: the user's kernel and an inline output check (one frame less).
-    fresh_outputs = len(record.schema.returns) > 0 and not record.mutated and not record.is_inplace and not record.is_out
+    assert record.plan is not None
+    # The native guard's codes (1 cpu, 2 cuda) and the plan's kernel for each.
+    codes = {code: k for code, k in ((1, record.plan.kernels.get("cpu")), (2, record.plan.kernels.get("cuda"))) if k is not None}
+    by_code = {code: k.checked for code, k in codes.items()}
     is_fresh = output_is_fresh()
     n_returns = len(record.schema.returns)
-    user_by_code: dict[int, tuple[Callable[..., Any], str]] = {}
-    if fresh_outputs:
-        for code, device in ((1, "cpu"), (2, "cuda")):
-            hook = device if device in record.user_kernels else None
-            if hook in record.user_kernels:
-                user_by_code[code] = (record.user_kernels[hook], f"{record.qualname} ({record.cls_name}.{hook or 'default'})")
+    # Functional ops: the user's kernel and an inline output check (one frame less).
+    user_by_code = {code: (k.user, k.where) for code, k in codes.items()} if n_returns and not record.mutated else {}
 
     convert = converter(record.qualname, record.schema)
     is_exact = exact_predicate(record.schema)
     # _any_requires_grad does not look into lists holding None; the guards do.
     optional_lists = [i for i, a in enumerate(record.schema.arguments) if str(a.real_type) == "List[Optional[Tensor]]" and not a.kwarg_only]
+
+    def check_mutation(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        # Autograd cannot record a mutation inside a kernel: the mutated Tensor's history would
+        # stay as it was, and gradients through it would be silently wrong.
+        for name, t in mutated_tensors(args, kwargs, bump_positions, bump_names, record.schema):
+            if t.requires_grad:
+                raise RuntimeError(
+                    f"{record.qualname} ({record.cls_name}): the op writes to {name!r}, which requires grad, and autograd "
+                    f"cannot record a custom op's mutation (gradients through {name!r} would be wrong). Pass a Tensor that "
+                    f"does not require grad ({name}.detach(), or call under torch.no_grad()), or make the op functional "
+                    f"(return a new Tensor instead of writing to {name!r}) and define setup_context and backward."
+                )
 
     def autograd_kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
         if guard is not None and not kwargs:
@@ -317,7 +324,7 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
                     if not _C._dispatch_tls_is_dispatch_key_excluded(_ADIV):
                         bump_mutated(bump, args, kwargs, bump_positions, bump_names)
                 return out
-            if code & 4 and not is_out:
+            if code & 4 and functional:
                 return apply(*args, _Call(keyset, len(args), ()))
         if _C.is_grad_enabled() and (
             _C._any_requires_grad(*args, **kwargs) or (optional_lists and _optional_list_requires_grad(args, optional_lists))
@@ -327,6 +334,8 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
                     f"{opname}(): functions with out=... arguments don't support automatic "
                     "differentiation, but one of the arguments requires grad."
                 )
+            if not functional:
+                check_mutation(args, kwargs)
             # Under torch.func transforms the Function's forward dispatches the op afresh.
             call_keyset = None if _C._are_functorch_transforms_active() else keyset
             return apply(*args, *kwargs.values(), _Call(call_keyset, len(args), tuple(kwargs)))
@@ -352,12 +361,6 @@ def _optional_list_requires_grad(args: tuple[Any, ...], positions: list[int]) ->
     return any(t is not None and t.requires_grad for i in positions if i < len(args) for t in args[i])
 
 
-def _plain_raw(device: str) -> int:
-    key = _C.DispatchKey.CPU if device == "cpu" else _C.DispatchKey.CUDA
-    autograd = getattr(_C.DispatchKey, "Autograd" + key.name)
-    return int(_C.DispatchKeySet(key).add(autograd).raw_repr())
-
-
 def _guard_specs(record: OpRecord) -> dict[int, bytes]:
     """Native-guard specs for the positional arguments the dispatcher passes, by count given."""
     letters = []
@@ -369,8 +372,13 @@ def _guard_specs(record: OpRecord) -> dict[int, bytes]:
     return {n: "".join(letters[:n]).encode() for n in range(len(letters) + 1)}
 
 
+def mutated_tensors(args: tuple[Any, ...], kwargs: dict[str, Any], positions: list[int], names: list[str], schema: Any) -> list[tuple[str, torch.Tensor]]:
+    """``(argument name, Tensor)`` for every Tensor the call writes to (list elements included)."""
+    values = [(schema.arguments[i].name, args[i]) for i in positions if i < len(args)] + [(n, kwargs[n]) for n in names if n in kwargs]
+    return [(n, t) for n, v in values for t in (v if isinstance(v, (list, tuple)) else (v,)) if isinstance(t, torch.Tensor)]
+
+
 def bump_mutated(bump: Callable[[Any], None], args: tuple[Any, ...], kwargs: dict[str, Any], positions: list[int], names: list[str]) -> None:
     """Bump the version counter of each mutated Tensor (``bump`` skips inference tensors)."""
     values = [args[i] for i in positions if i < len(args)] + [kwargs[n] for n in names if n in kwargs]
-    tensors = [t for v in values for t in (v if isinstance(v, (list, tuple)) else (v,)) if isinstance(t, torch.Tensor)]
-    bump(tensors)
+    bump([t for v in values for t in (v if isinstance(v, (list, tuple)) else (v,)) if isinstance(t, torch.Tensor)])

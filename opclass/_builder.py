@@ -18,7 +18,8 @@ import torch
 from . import _record, _register, _schema
 from ._codegen import install_call
 from ._hooks import Hook, HookContext, hooks
-from ._record import OpRecord
+from ._plan import build_plan
+from ._record import OpRecord, OpSpec
 from .errors import OpDefinitionError, did_you_mean, formatdef
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -289,10 +290,10 @@ class OpBuilder:
 
     # ------------------------------------------------------------------ 3. build
 
-    def build(self, kw: Keywords, ns: str, name: str, overload: str, schema: torch._C.FunctionSchema) -> OpRecord:
+    def build(self, kw: Keywords, ns: str, name: str, overload: str, schema: torch._C.FunctionSchema) -> OpSpec:
         schema_str = self.schema_text
         mutated = tuple(i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write)
-        return OpRecord(
+        return OpSpec(
             qualname=f"{ns}::{name}" + (f".{overload}" if overload else ""),
             namespace=ns,
             name=name,
@@ -309,27 +310,29 @@ class OpBuilder:
 
     # ------------------------------------------------------------------ 4. register
 
-    def register(self, record: OpRecord) -> None:
+    def register(self, spec: OpSpec) -> None:
         """Replace any earlier op of the same name; on failure put the earlier one back.
 
         One critical section from the name check to the class attributes: a thread defining the
         same name must see either no op or a complete one (its class set, so retire() reaches it).
         """
         with _record.LOCK:
-            self.validate_not_taken(record.qualname)
-            old = _record.lookup(record.qualname)
+            self.validate_not_taken(spec.qualname)
+            old = _record.lookup(spec.qualname)
             if old is not None:
                 _record.destroy(old)
             try:
-                install(record)
+                record = install(spec)
             except BaseException:
-                _record.destroy(record)
                 if old is not None:
-                    install(old)
-                    # destroy() released the kernels the old class's call function holds.
+                    # A fresh install of the old spec, and the old class's call rebuilt on it.
+                    restored = install(old.spec)
+                    restored.owner = old.owner
+                    _record.set_live(restored)
                     owner = old.owner() if old.owner is not None else None
                     if owner is not None:
-                        install_call(old, owner)
+                        owner._opclass_record = restored
+                        install_call(restored, owner)
                 raise
             _record.set_live(record)
             if old is not None:
@@ -337,9 +340,9 @@ class OpBuilder:
             record.owner = weakref.ref(self.cls)
             self.cls._opclass_record = record  # type: ignore[attr-defined]
             install_call(record, self.cls)
-        self.cls.__signature__ = record.signature  # type: ignore[attr-defined]
+        self.cls.__signature__ = spec.signature  # type: ignore[attr-defined]
         doc = (self.cls.__dict__.get("__doc__") or "").rstrip()
-        self.cls.__doc__ = (doc + "\n\n" if doc else "") + f"Operator ``{record.qualname}``: ``{record.schema_str}``"
+        self.cls.__doc__ = (doc + "\n\n" if doc else "") + f"Operator ``{spec.qualname}``: ``{spec.schema_str}``"
 
     # ------------------------------------------------------------------ driver
 
@@ -362,23 +365,32 @@ class OpBuilder:
         self.register(self.build(kw, ns, name, overload, schema))
 
 
-def install(record: OpRecord) -> None:
-    """Define the op and run every hook's installer (also used to restore a replaced op)."""
-    record.kernels.clear()
-    record.user_kernels.clear()
-    record.fake = record.setup_context = record.backward = record.jvp = None
-    record.samples = None
-    record.eager_autograd = False
+def install(spec: OpSpec) -> OpRecord:
+    """A fresh install of ``spec``: define the op, run every hook's installer, plan the call.
+
+    Also restores a replaced op after a failed redefinition. On failure the install's
+    registrations are already on the record, for :func:`_record.destroy` to drop.
+    """
+    record = OpRecord(spec)
     _register.define(record)
+    lib = record.lib
     # Registry order, not class-body order: an installer may rely on earlier hooks' results.
-    for name, hook in hooks().items():
-        if name in record.hooks:
-            if hook.uninstall is not None:
-                # Registered before install: a half-done install is undone too.
-                record.cleanups.append(functools.partial(hook.uninstall, record, record.hooks[name]))
-            hook.install(record, record.hooks[name])
-    _register.register_default_fake(record)
-    _register.register_core(record)
+    try:
+        for name, hook in hooks().items():
+            if name in spec.hooks:
+                if hook.uninstall is not None:
+                    # Registered before install: a half-done install is undone too.
+                    record.cleanups.append(functools.partial(hook.uninstall, record, spec.hooks[name]))
+                lib.installing = name
+                hook.install(record, spec.hooks[name])
+        lib.installing = None
+        _register.register_default_fake(record)
+        record.plan = build_plan(record, lib.registrations)
+        _register.register_core(record)
+    except BaseException:
+        _record.destroy(record)
+        raise
+    return record
 
 
 def _unwrap(raw: Any) -> Any:

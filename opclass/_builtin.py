@@ -12,7 +12,7 @@ from torch import _C
 from . import _eager
 from ._alias import check_arity
 from ._hooks import Hook, HookContext, positional_count as _positional_count, register_hook
-from ._record import OpRecord
+from ._record import Kernel, OpRecord
 from ._register import checked_kernel
 from ._sharding import sharding_hook
 
@@ -42,11 +42,9 @@ def device_hook(device_type: str | None) -> Hook:
         name = device_type
 
     def install(record: OpRecord, fn: Callable[..., Any]) -> None:
-        kernel = checked_kernel(record, name, fn)
+        kernel = Kernel(name, fn, checked_kernel(record, name, fn), f"{record.qualname} ({record.cls_name}.{name})")
         record.kernels[device_type] = kernel
-        record.user_kernels[device_type] = fn
-        assert record.lib is not None
-        record.lib.impl(record.overload_name(), kernel, key)
+        record.lib.impl(record.overload_name(), kernel.checked, key)
 
     doc = "kernel for every device type" if device_type is None else f"kernel for {device_type} tensors"
     return Hook(name, install, kernel=True, backend=True, device_type=device_type, doc=doc)

@@ -8,7 +8,7 @@ import weakref
 from typing import Any, Callable
 
 from . import _native
-from ._fastpath import c_entry, collides, fast_source, functorch_lines
+from ._fastpath import c_entry, fast_source, functorch_lines
 from ._record import OpRecord
 
 _COUNTER = itertools.count()
@@ -54,7 +54,8 @@ def call_source(record: OpRecord, name: str) -> tuple[str, dict[str, Any]]:
     call_args = ", ".join(positional + [f"{k}={k}" for k in keywords])
     lines = [f"def {name}({', '.join(params)}):", *functorch_lines(record, closure, call_args), f"    return _op({call_args})"]
     source = "\n".join(lines) + "\n"
-    if collides(source, closure, record):
+    if any(a.name.startswith("_") for a in record.schema.arguments):
+        # A parameter could shadow a generated name (_op...): take everything as given.
         source = f"def {name}(*args, **kwargs):\n    return _op(*args, **kwargs)\n"
     return source, closure
 
@@ -90,3 +91,8 @@ def make_call(record: OpRecord, cls: type, generated: tuple[str, dict[str, Any]]
     fn.__signature__ = record.signature  # type: ignore[attr-defined]
     return fn
 
+
+def python_guard_call(record: OpRecord, cls: type) -> Callable[..., Any] | None:
+    """``cls``'s call function as the pure-Python guard writes it (``None``: no fast path)."""
+    generated = fast_source(record, cls.__name__, python_guard=True)
+    return make_call(record, cls, generated) if generated is not None else None

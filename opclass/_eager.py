@@ -19,7 +19,7 @@ from torch import _C
 from ._alias import check_outputs, output_is_fresh
 from ._autograd import _AFTER_AUTOGRAD, _Call, _top_level_differentiates, plain_keysets
 from ._hooks import HookContext
-from ._record import OpRecord
+from ._record import Kernel, OpRecord
 from ._returns import converter, exact_predicate
 
 # What the dispatcher excludes below its Autograd kernels; the recompute must undo it.
@@ -124,15 +124,10 @@ def _call_backward_op(record: OpRecord, backward_op: Any) -> Callable[..., Any]:
     return backward
 
 
-def _kernel_for(record: OpRecord, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Callable[..., Any], str] | None:
-    """The user's kernel for the inputs' device, and its hook name."""
+def _kernel_for(record: OpRecord, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Kernel | None:
+    """The kernel for the inputs' device (``None``: no Tensor, or no kernel for that device)."""
     first = next(_tensors(record, args, kwargs), None)
-    if first is None:
-        return None  # nothing to differentiate: the dispatcher decides
-    device = first.device.type
-    hook: str | None = device if device in record.user_kernels else None
-    kernel = record.user_kernels.get(hook)
-    return (kernel, hook or "default") if kernel is not None else None
+    return record.kernel_for(first.device.type) if first is not None else None
 
 
 def _recompute_kernel(record: OpRecord) -> Callable[..., Any]:
@@ -144,7 +139,7 @@ def _recompute_kernel(record: OpRecord) -> Callable[..., Any]:
         found_kernel = _kernel_for(record, args, kwargs)
         if found_kernel is None:
             raise NotImplementedError(f"{where}: {record.cls_name} has no kernel for these inputs' device")
-        kernel = found_kernel[0]
+        kernel = found_kernel.user
         leaves: list[torch.Tensor] = []
 
         def leaf(v: Any) -> Any:
@@ -204,7 +199,7 @@ def direct_entry(record: OpRecord) -> Callable[..., Any]:
         found = _kernel_for(record, args, kwargs) if _top_level_differentiates() else None
         if found is None:
             return record.op(*args, **kwargs)  # type: ignore[misc]
-        return found[0](*args, **kwargs)
+        return found.user(*args, **kwargs)
 
     return eager_entry
 
@@ -231,8 +226,8 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
         if grad or _forward_ad._current_level >= 0:
             found = _kernel_for(record, args, kwargs) if not modes() else None
             if found is not None:
-                where = f"{record.qualname} ({record.cls_name}.{found[1]})"
-                out = found[0](*args, **kwargs)
+                where = found.where
+                out = found.user(*args, **kwargs)
                 if not fresh(out):
                     check_outputs(where, n_returns, args, kwargs, out)
                 if grad:

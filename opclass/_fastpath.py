@@ -17,7 +17,6 @@ Guards, in order of cost:
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 from typing import Any, Callable
 
@@ -25,16 +24,15 @@ import torch
 import torch.autograd.forward_ad as _forward_ad
 from torch import _C
 
-from . import _native, _schema
+from . import _native
 from ._autograd import _Call
 from ._eager import check_differentiable
+from ._plan import FAST_DEVICES, CallPlan, config_classes
 from ._record import OpRecord
 from ._returns import converter, exact_check, exact_predicate
 from ._alias import check_outputs, output_is_fresh
 
 _PLAIN = frozenset({torch.Tensor, torch.nn.Parameter})
-_FAST_DEVICES = ("cpu", "cuda")
-_DEVICE_ATTR = {"cpu": "is_cpu", "cuda": "is_cuda"}
 
 # Exact Python types the dispatcher passes to a Python kernel, per schema type.
 _SCALAR_TYPES: dict[str, str] = {
@@ -141,38 +139,35 @@ def _value_guard(p: _Param, configs: dict[str, type]) -> str | None:
     return f"({p.name} is None or {check})" if p.optional else check
 
 
-def fast_source(record: OpRecord, name: str) -> tuple[str, dict[str, Any]] | None:
-    """Source and closure of a guarded call function, or ``None`` if the op has no fast path."""
-    kernels = {d: record.kernels.get(d) or record.kernels.get(None) for d in _FAST_DEVICES}
-    kernels = {d: k for d, k in kernels.items() if k is not None}
-    if not kernels or record.autograd_function is None:
+def has_guard(arg: Any, configs: dict[str, type]) -> bool:
+    """Whether the generated code can check an argument of this schema ``Argument`` cheaply."""
+    p = _Param(arg.name, str(arg.real_type), arg.kwarg_only)
+    return p.tensor or p.tensor_list or _value_guard(p, configs) is not None
+
+
+def fast_source(record: OpRecord, name: str, python_guard: bool = False) -> tuple[str, dict[str, Any]] | None:
+    """Source and closure of a guarded call function, or ``None`` if the plan has no fast path.
+
+    ``python_guard``: write the pure-Python guard even where the native one is loaded (the
+    three-way check of :mod:`opclass.testing` compares the two).
+    """
+    plan = record.plan
+    if plan is None or plan.off is not None or record.autograd_function is None:
         return None
     params = [_Param(a.name, str(a.real_type), a.kwarg_only) for a in record.schema.arguments]
-    value_guards = []
-    configs = _config_classes(record)
-    for p in params:
-        if p.tensor or p.tensor_list:
-            continue
-        guard = _value_guard(p, configs)
-        if guard is None:
-            return None
-        value_guards.append(guard)
+    configs = config_classes(record)
+    value_guards = [_value_guard(p, configs) or "False" for p in params if not (p.tensor or p.tensor_list)]
     tensors = [p for p in params if p.tensor]
     lists = [p for p in params if p.tensor_list]
-    if not tensors and not lists and not any(p.jit == "Device" for p in params):
-        return None
-
-    closure = _closure(record, kernels)
+    closure = _closure(record, plan)
     closure.update({f"_cfg_{name}": cls for name, cls in configs.items()})
-    gen = _Generator(record, params, kernels, closure)
-    native = _native.native_module()
+    gen = _Generator(record, params, closure)
+    native = None if python_guard else _native.native_module()
     if native is not None and (tensors or lists):
         lines = gen.native(native, tensors, lists, value_guards)
     else:
         lines = gen.python(tensors, lists, value_guards)
     source = "\n".join([f"def {name}({gen.signature()}):", *lines, *functorch_lines(record, closure, gen.call_args), f"    return _op({gen.call_args})"]) + "\n"
-    if collides(source, closure, record):
-        return None  # a parameter would shadow the generated code's own names: dispatcher only
     return source, closure
 
 
@@ -181,44 +176,47 @@ _C_LETTERS = {"Tensor": "T", "Optional[Tensor]": "O", "float": "f", "int": "i", 
 
 def c_entry(record: OpRecord) -> tuple[Any, ...] | None:
     """What the native class call needs to run a simple op's plain-eager call entirely in C:
-    ``(spec, kernel_cpu, kernel_cuda, apply_cpu, apply_cuda, finish)``, or ``None``.
+    ``(spec, single, kernel_cpu, kernel_cuda, apply_cpu, apply_cuda, finish)``, or ``None``.
 
     Only for the cases the generated function handles without extra logic: positional Tensor,
-    float, int and bool parameters (all passed), fresh outputs, no autocast rule. The C code makes
-    the same decisions as the generated function (same guard; exact types for the numbers) and
-    hands every other call to it.
+    float, int and bool parameters (all passed), fresh outputs, no autocast kernel. The C code
+    makes the same decisions as the generated function (same guard; exact types for the numbers)
+    and hands every other call to it. ``single`` is the plan's: only then is a fresh Tensor final;
+    every other result goes through ``finish``, the conversion the dispatcher would do.
     """
     native = _native.native_module()
+    plan = record.plan
     params = record.schema.arguments
     if (
         native is None
+        or plan is None
         or not _cheap_alias(record)
         or record.mutated
-        or "autocast" in record.hooks
+        or plan.autocast
         or any(a.kwarg_only or str(a.real_type) not in _C_LETTERS for a in params)
         or not any(str(a.real_type) == "Tensor" for a in params)
     ):
         return None
     kernels: list[Any] = []
     applies: list[Any] = []
-    for d in _FAST_DEVICES:
-        user = record.user_kernels.get(d) or record.user_kernels.get(None)
-        kernels.append(user)
+    for d in FAST_DEVICES:
+        kernel = plan.kernels.get(d)
+        kernels.append(kernel.user if kernel is not None else None)
         fn_cls = record.fast_functions.get(d)
-        applies.append(_c_apply(fn_cls) if user is not None and fn_cls is not None and not record.eager_autograd else None)
+        applies.append(_c_apply(fn_cls) if kernel is not None and fn_cls is not None and plan.grad == "function" else None)
     n_returns = len(record.schema.returns)
     convert = converter(record.qualname, record.schema)
     is_exact = exact_predicate(record.schema)
-    wheres = {d: f"{record.qualname} ({record.cls_name}.{d if d in record.user_kernels else 'default'})" for d in _FAST_DEVICES}
+    wheres = {d: k.where for d, k in plan.kernels.items()}
 
     def finish(out: Any, *args: Any) -> Any:
-        """A kernel's output that is not a fresh Tensor: the full check, then the conversion."""
+        """A kernel's output that is not final: the full check, then the conversion."""
         device = next(a.device.type for a in args if isinstance(a, torch.Tensor))
         check_outputs(wheres[device], n_returns, args, {}, out)
         return out if is_exact(out) else convert(out)
 
     spec = "".join(_C_LETTERS[str(a.real_type)] for a in params).encode()
-    return (spec, *kernels, *applies, finish)
+    return (spec, plan.single_tensor, *kernels, *applies, finish)
 
 
 def functorch_lines(record: OpRecord, closure: dict[str, Any], call_args: str) -> list[str]:
@@ -231,29 +229,7 @@ def functorch_lines(record: OpRecord, closure: dict[str, Any], call_args: str) -
     return ["    if _ft():", f"        return _ft_entry({call_args})"]
 
 
-def collides(source: str, closure: dict[str, Any], record: OpRecord) -> bool:
-    """Whether an op parameter is named like one of the generated function's own variables
-    (``_op``, ``_out``...), which it would shadow."""
-    tree = ast.parse(source)
-    own = set(closure) | {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-    # Generated names all start with "_"; the code also reassigns list parameters (xs = list(xs)).
-    return any(a.name.startswith("_") and a.name in own for a in record.schema.arguments)
-
-
-def _config_classes(record: OpRecord) -> dict[str, type]:
-    """Parameter name -> config dataclass, from the kernels' annotations (empty under schema=)."""
-    for fn in record.user_kernels.values():
-        try:
-            annotations = _schema.resolve_annotations(fn)
-        except _schema.SchemaProblem:
-            continue
-        found = {n: a for n, a in annotations.items() if isinstance(a, type) and dataclasses.is_dataclass(a)}
-        if found:
-            return found
-    return {}
-
-
-def _closure(record: OpRecord, kernels: dict[str, Any]) -> dict[str, Any]:
+def _closure(record: OpRecord, plan: CallPlan) -> dict[str, Any]:
     assert record.op is not None
     closure: dict[str, Any] = {
         # The OpOverload's own C callable: what OpOverload.__call__ calls, one frame less.
@@ -265,7 +241,6 @@ def _closure(record: OpRecord, kernels: dict[str, Any]) -> dict[str, Any]:
         "_device": torch.device,
         "_layout": torch.layout,
         "_memory_format": torch.memory_format,
-        "_strided": torch.strided,
         "_tfm": _C._is_torch_function_mode_enabled,
         "_keys": _C._dispatch_keys,
         "_included_set": _C._dispatch_tls_local_include_set,
@@ -274,13 +249,9 @@ def _closure(record: OpRecord, kernels: dict[str, Any]) -> dict[str, Any]:
         "_bad_excluded": _bad_excluded(),
         "_ok_cpu": _plain_keysets("cpu"),
         "_ok_cuda": _plain_keysets("cuda"),
-        "_included": _C._dispatch_tls_is_dispatch_key_included,
         "_excluded": _C._dispatch_tls_is_dispatch_key_excluded,
-        "_PY": _C.DispatchKey.Python,
-        "_FT": _C.DispatchKey.FuncTorchDynamicLayerFrontMode,
         "_AG": _C.DispatchKey.AutogradFunctionality,
         "_ADIV": _C.DispatchKey.ADInplaceOrView,
-        "_tracing": _C._is_tracing,
         "_profiling": _C._autograd._profiler_enabled,
         "_fw": _forward_ad,
         "_grad": _C.is_grad_enabled,
@@ -292,17 +263,15 @@ def _closure(record: OpRecord, kernels: dict[str, Any]) -> dict[str, Any]:
         "_list_rg": _tensor_list_rg,
         "_first_device": _first_device,
     }
-    for d, k in kernels.items():
-        closure[f"_k_{d}"] = k
+    for d, k in plan.kernels.items():
+        closure[f"_k_{d}"] = k.checked
     for d, fn_cls in record.fast_functions.items():
         closure[f"_apply_{d}"] = _c_apply(fn_cls)
     if _cheap_alias(record):
-        for d in kernels:
-            closure[f"_u_{d}"] = record.user_kernels.get(d) or record.user_kernels[None]
-            hook = d if d in record.user_kernels else "default"
-            closure[f"_where_{d}"] = f"{record.qualname} ({record.cls_name}.{hook})"
+        for d, k in plan.kernels.items():
+            closure[f"_u_{d}"] = k.user
+            closure[f"_where_{d}"] = k.where
         closure["_fresh"] = output_is_fresh()
-        closure["_T"] = torch.Tensor
         closure["_check_outputs"] = check_outputs
     closure["_convert"] = converter(record.qualname, record.schema)
     closure["_T"] = torch.Tensor
@@ -317,10 +286,12 @@ def _cheap_alias(record: OpRecord) -> bool:
 class _Generator:
     """Lines of the guarded call function, for either guard."""
 
-    def __init__(self, record: OpRecord, params: list[_Param], kernels: dict[str, Any], closure: dict[str, Any]) -> None:
+    def __init__(self, record: OpRecord, params: list[_Param], closure: dict[str, Any]) -> None:
         self.record = record
         self.params = params
-        self.kernels = kernels
+        assert record.plan is not None
+        self.plan = record.plan
+        self.kernels = record.plan.kernels
         self.closure = closure
         self.positional = [p.name for p in params if not p.kwarg_only]
         self.keywords = [p.name for p in params if p.kwarg_only]
@@ -358,7 +329,7 @@ class _Generator:
         self.closure["_guard"] = native.guard
         self.closure["_spec"] = spec.encode()
         conditions = ["_g"] + value_guards
-        if "autocast" in self.record.hooks:
+        if self.plan.autocast:
             conditions.append("not _autocast()")
         ind = "        "
         lines = [f"    _g = _guard(_spec, {', '.join(p.name for p in tensors + lists)})", f"    if {' and '.join(conditions)}:"]
@@ -377,7 +348,7 @@ class _Generator:
             "_tfm() or _included_set().raw_repr() not in _included_ok or _excluded_set().raw_repr() & _bad_excluded"
             " or _profiling() or _fw._current_level >= 0"
         )
-        if "autocast" in self.record.hooks:
+        if self.plan.autocast:
             guard += " or _autocast()"
         lines = [f"    if not ({guard}):"]
         type_guards = [f"({p.name} is None or type({p.name}) in _plain)" if p.optional else f"type({p.name}) in _plain" for p in tensors]
@@ -423,14 +394,14 @@ class _Generator:
         return lines
 
     def _grad_lines(self, device: str, ind: str) -> list[str]:
-        if self.record.eager_autograd:
+        if self.plan.grad == "eager":
             # Differentiate through the kernel: call it with autograd on, as the Autograd kernel does.
             return self._kernel_call(device, ind, differentiable=True)
         return [f"{ind}return {self._grad_call(device)}"]
 
     def _grad_call(self, device: str) -> str:
-        if self.record.mutated or self.record.is_out:
-            # Autograd through a mutation, or out= under grad: the dispatcher decides.
+        if self.plan.grad == "dispatcher":
+            # Autograd through a mutation, or out= under grad: the dispatcher decides (or raises).
             return f"_op({self.call_args})"
         if device in self.record.fast_functions:
             return f"_apply_{device}({self.apply_args})"

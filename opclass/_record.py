@@ -1,36 +1,29 @@
-"""The per-op record (everything the dispatcher kernels and the fast path read) and the live-op table."""
+"""What the class defines (:class:`OpSpec`, frozen), what one install produced (:class:`OpRecord`),
+and the live-op table.
+
+A redefinition, a restore after a failed one, or a removal never edits an install: it builds a
+fresh :class:`OpRecord` from the spec, so nothing of an earlier install can leak into a later one.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
 import threading
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch.fx.node import _side_effectful_functions
 
-__all__ = ["OpRecord", "remove", "lookup"]
+if TYPE_CHECKING:
+    from ._plan import CallPlan
+
+__all__ = ["OpSpec", "OpRecord", "Kernel", "remove", "lookup"]
 
 
-@dataclasses.dataclass(eq=False)
-class OpRecord:
-    """What opclass knows about one defined op; ``MyOp.record``.
-
-    Hooks' installers fill in ``kernels``, ``fake``, ``setup_context``/``backward``; the dispatcher
-    kernels and the eager fast path read them. ``hooks`` maps each defined hook to the user's raw
-    value, so an extension can find its own (``record.hooks["inverse"]``).
-
-    Example:
-        >>> import torch, opclass
-        >>> class DocsRecordNeg(opclass.CustomOp, name="docs_record::neg"):
-        ...     @staticmethod
-        ...     def default(x: torch.Tensor) -> torch.Tensor:
-        ...         return -x
-        >>> DocsRecordNeg.record.mutated
-        ()
-        >>> opclass.remove(DocsRecordNeg)
-    """
+@dataclasses.dataclass(frozen=True, eq=False)
+class OpSpec:
+    """What an op class defines: its name, schema, tags and hooks. Frozen: installs only read it."""
 
     #: ``"ns::name"`` or ``"ns::name.overload"``.
     qualname: str
@@ -42,38 +35,12 @@ class OpRecord:
     schema: torch._C.FunctionSchema
     signature: inspect.Signature
     tags: tuple[torch.Tag, ...]
+    #: Each defined hook's raw value (an extension finds its own: ``record.hooks["inverse"]``).
     hooks: dict[str, Any]
     cls_name: str
-    lib: torch.library.Library | None = None
-    op: torch._ops.OpOverload | None = None
-    #: Backend kernels as the dispatcher calls them, by device type; ``None`` is ``default``.
-    kernels: dict[str | None, Callable[..., Any]] = dataclasses.field(default_factory=dict)
-    #: The user's own kernel functions, unwrapped, by device type (the fast path checks outputs itself).
-    user_kernels: dict[str | None, Callable[..., Any]] = dataclasses.field(default_factory=dict)
-    fake: Callable[..., Any] | None = None
-    setup_context: Callable[..., Any] | None = None
-    backward: Callable[..., Any] | None = None
-    #: The user's forward-mode formula ``jvp(ctx, *input_tangents)``, if any.
-    jvp: Callable[..., Any] | None = None
-    #: The op's call under torch.func transforms (applies the autograd.Function from Python).
-    functorch_entry: Callable[..., Any] | None = None
-    #: ``eager_autograd = True``: eager autograd differentiates through the kernel itself.
-    eager_autograd: bool = False
-    #: The ``samples()`` hook: representative inputs for :mod:`opclass.testing` (metadata only).
-    samples: Callable[..., Any] | None = None
-    #: The autograd.Function subclass the Autograd kernel applies when grad is needed.
-    autograd_function: type[torch.autograd.Function] | None = None
-    #: Per device type, the Function the eager fast path applies (its forward calls that kernel).
-    fast_functions: dict[str, type[torch.autograd.Function]] = dataclasses.field(default_factory=dict)
-    #: Positions (in schema order) of the arguments the op writes to.
+    #: Positions (in schema order) and names of the arguments the op writes to.
     mutated: tuple[int, ...] = ()
-    #: Names of the arguments the op writes to.
     mutated_names: tuple[str, ...] = ()
-    live: bool = False
-    #: Weak reference to the class that defined the op.
-    owner: Callable[[], Any] | None = None
-    #: Hooks' ``uninstall`` calls, run (newest first) when the op is removed or replaced.
-    cleanups: list[Callable[[], None]] = dataclasses.field(default_factory=list)
 
     @property
     def is_inplace(self) -> bool:
@@ -93,6 +60,80 @@ class OpRecord:
     def overload_name(self) -> str:
         """``name`` or ``name.overload``, as ``Library.define`` wants it."""
         return f"{self.name}.{self.overload}" if self.overload else self.name
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+    """One backend kernel of an op: :meth:`OpRecord.kernel_for` answers with it.
+
+    ``user`` is the user's function (the fast path calls it and checks outputs inline),
+    ``checked`` what the dispatcher calls (the output contract included), ``hook`` the hook that
+    defined it (``"cpu"``, ``"default"``) and ``where`` how errors name it (``"ns::op (Cls.cpu)"``).
+    """
+
+    hook: str
+    user: Callable[..., Any]
+    checked: Callable[..., Any]
+    where: str
+
+
+class OpRecord(OpSpec):
+    """One install of an op: the spec's fields (still frozen) plus everything installing it
+    produced; ``MyOp.record``.
+
+    Hooks' installers get it: they register through ``record.lib`` (every registration is
+    recorded with its dispatch key and hook, see :mod:`opclass._plan`) and fill in the rest.
+
+    Example:
+        >>> import torch, opclass
+        >>> class DocsRecordNeg(opclass.CustomOp, name="docs_record::neg"):
+        ...     @staticmethod
+        ...     def default(x: torch.Tensor) -> torch.Tensor:
+        ...         return -x
+        >>> DocsRecordNeg.record.mutated
+        ()
+        >>> DocsRecordNeg.record.kernel_for("cpu").where
+        'docs_record::neg (DocsRecordNeg.default)'
+        >>> opclass.remove(DocsRecordNeg)
+    """
+
+    def __init__(self, spec: OpSpec) -> None:
+        super().__init__(**{f.name: getattr(spec, f.name) for f in dataclasses.fields(OpSpec)})
+        #: What the class defines, for a later fresh install (a restore after a failed redefinition).
+        self.spec = spec
+        self.lib: Any = None  # the op's OpLibrary fragment (None once destroyed)
+        self.op: torch._ops.OpOverload | None = None
+        #: Backend kernels by device type (``None``: ``default``), as device hooks install them.
+        self.kernels: dict[str | None, Kernel] = {}
+        self.fake: Callable[..., Any] | None = None
+        self.setup_context: Callable[..., Any] | None = None
+        self.backward: Callable[..., Any] | None = None
+        #: The user's forward-mode formula ``jvp(ctx, *input_tangents)``, if any.
+        self.jvp: Callable[..., Any] | None = None
+        #: The op's call under torch.func transforms (applies the autograd.Function from Python).
+        self.functorch_entry: Callable[..., Any] | None = None
+        #: ``eager_autograd = True``: eager autograd differentiates through the kernel itself.
+        self.eager_autograd = False
+        #: The ``samples()`` hook: representative inputs for :mod:`opclass.testing` (metadata only).
+        self.samples: Callable[..., Any] | None = None
+        #: The autograd.Function the Autograd kernel applies when grad is needed.
+        self.autograd_function: type[torch.autograd.Function] | None = None
+        #: Per device type, the Function the eager fast path applies (its forward calls that kernel).
+        self.fast_functions: dict[str, type[torch.autograd.Function]] = {}
+        #: What a plain eager call may do without the dispatcher (see :mod:`opclass._plan`).
+        self.plan: CallPlan | None = None
+        self.live = False
+        #: Weak reference to the class that defined the op.
+        self.owner: Callable[[], Any] | None = None
+        #: Hooks' ``uninstall`` calls, run (newest first) when the op is removed or replaced.
+        self.cleanups: list[Callable[[], None]] = []
+
+    def __repr__(self) -> str:
+        return f"<OpRecord {self.qualname}{self.schema_str}; {self.plan or 'not installed'}>"
+
+    def kernel_for(self, device_type: str) -> Kernel | None:
+        """The kernel that serves ``device_type`` (its own hook, else ``default``), or ``None``."""
+        return self.kernels.get(device_type) or self.kernels.get(None)
 
 
 _LIVE: dict[str, OpRecord] = {}

@@ -16,6 +16,7 @@ from torch.fx.node import _side_effectful_functions
 from . import _eager
 from ._alias import check_outputs, output_is_fresh
 from ._autograd import build_autograd_functions, bump_mutated, make_autograd_kernel
+from ._plan import Registration
 from ._record import OpRecord
 
 _AFTER_AD_INPLACE = _C._after_ADInplaceOrView_keyset
@@ -35,6 +36,10 @@ class OpLibrary(torch.library.Library):
         super().__init__(namespace, "FRAGMENT")  # type: ignore[no-untyped-call]
         self._slots: list[list[Any]] = []
         self._ours: list[Callable[..., Any]] = []
+        #: Every kernel registered through this fragment, with the hook that was installing.
+        self.registrations: list[Registration] = []
+        #: The hook whose installer runs now (``None``: opclass's own registrations).
+        self.installing: str | None = None
 
     def _releasable(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         if (getattr(fn, "__module__", None) or "").startswith("opclass.") and getattr(fn, "__closure__", None):
@@ -49,6 +54,10 @@ class OpLibrary(torch.library.Library):
         return kernel
 
     def impl(self, op_name: Any, fn: Any, dispatch_key: str = "", *, with_keyset: bool = False, allow_override: bool = True) -> None:
+        if callable(fn):
+            name = f"{op_name._schema.name}.{op_name._overloadname}" if isinstance(op_name, torch._ops.OpOverload) else str(op_name)
+            name = name.rpartition("::")[2].removesuffix(".default")
+            self.registrations.append(Registration(name, dispatch_key or "CompositeImplicitAutograd", fn, self.installing))
         super().impl(op_name, self._releasable(fn) if callable(fn) else fn, dispatch_key, with_keyset=with_keyset, allow_override=allow_override)  # type: ignore[no-untyped-call]
 
     def _register_fake(self, op_name: str, fn: Callable[..., Any], _stacklevel: int = 1, *, allow_override: bool = True) -> None:
@@ -62,6 +71,7 @@ class OpLibrary(torch.library.Library):
                 cell.cell_contents = None
         self._slots.clear()
         self._ours.clear()
+        self.registrations.clear()
 
 
 def _removed(*args: Any, **kwargs: Any) -> Any:
@@ -78,7 +88,6 @@ def define(record: OpRecord) -> None:
     lib.define(record.overload_name() + record.schema_str, tags=tags)  # type: ignore[no-untyped-call]
     packet = getattr(getattr(torch.ops, record.namespace), record.name)
     record.op = getattr(packet, record.overload or "default")
-    record.schema = record.op._schema
 
 
 def register_core(record: OpRecord) -> None:
@@ -88,8 +97,7 @@ def register_core(record: OpRecord) -> None:
     name = record.overload_name()
     record.autograd_function, record.fast_functions = build_autograd_functions(record)
     if record.eager_autograd:
-        # Differentiated through its kernel: no fast Functions, torch.func sees the kernel.
-        record.fast_functions = {}
+        # Differentiated through its kernel: torch.func sees the kernel.
         record.functorch_entry = _eager.direct_entry(record)
         lib.impl(name, _eager.make_autograd_kernel(record), "Autograd", with_keyset=True)
     else:

@@ -5,8 +5,11 @@ An op lists representative inputs in its ``samples()`` hook (or a test passes th
 
 * ``torch.library.opcheck`` (schema, autograd registration, fake kernel, AOT dispatch);
 * ``torch.autograd.gradcheck`` when the op has a ``backward``;
-* the fast-path check: ``MyOp(*args)`` (the generated eager call) and ``MyOp.op(*args)`` (the
-  dispatcher) give the same outputs, mutations, version counter bumps, gradients and errors.
+* the fast-path check: every path of :func:`call_paths` (``MyOp(*args)``; the Python guard's call
+  where the native guard is active; ``MyOp.op(*args)``, the dispatcher) is indistinguishable, as
+  :func:`observe` and :func:`diff` see calls: outputs and result types, mutations, version
+  counters, ``grad_fn``, gradients and errors. The same comparator checks opclass itself.
+  ``repr(MyOp.record)`` says whether the op has a fast path, and why not.
 
 A failure raises ``AssertionError`` naming the op, the sample and the check. With pytest,
 :func:`parametrize_samples` makes one test case per sample. Import it as ``import opclass.testing``
@@ -55,7 +58,7 @@ from ._record import OpRecord
 if TYPE_CHECKING:
     import pytest
 
-__all__ = ["Sample", "check_op", "check_sample", "parametrize_samples"]
+__all__ = ["Sample", "call_paths", "check_op", "check_sample", "describe", "diff", "observe", "parametrize_samples"]
 
 # torch.library.opcheck's default test utils, in its order.
 _OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
@@ -258,115 +261,247 @@ def _run_gradcheck(op_cls: Any, record: OpRecord, sample: Sample) -> None:
         raise _CheckFailed("gradcheck", f"{type(e).__name__}: {e}") from e
 
 
-@dataclasses.dataclass
-class _Outcome:
-    """What one call of the op did, as far as the fast-path check compares it."""
-
-    output: Any = None
-    error: tuple[str, str] | None = None
-    inputs: list[Tensor] = dataclasses.field(default_factory=list)
-    version_deltas: list[int] = dataclasses.field(default_factory=list)
-    backward_error: tuple[str, str] | None = None
-    grads: list[Tensor | None] | None = None
-
+# --------------------------------------------------------------------------- the comparator
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 
 
-def _error(e: BaseException) -> tuple[str, str]:
-    return type(e).__name__, _ADDRESS.sub("0x...", str(e))
+def _message(e: BaseException) -> tuple[str, str]:
+    # "Could not run" errors list the kernels registered right now, which lazy registrations
+    # (meta kernels...) change between two calls: keep the sentence, not the list.
+    return type(e).__name__, _ADDRESS.sub("0x?", str(e).split("Available functions are")[0])
 
 
-def _call_once(fn: Callable[..., Any], sample: Sample) -> _Outcome:
-    args, kwargs = _copy_inputs(sample)
-    inputs = _tensors((args, kwargs))
-    before = [t._version for t in inputs]
-    outcome = _Outcome(inputs=inputs)
+def _attempt(f: Callable[[], Any]) -> Any:
+    try:
+        return f()
+    except Exception as e:  # the attribute itself raises: compare that it does
+        return f"<raises {type(e).__name__}>"
+
+
+def _values(t: Tensor) -> Any:
+    """The data of ``t`` as a plain dense CPU Tensor (or a marker where there is none)."""
+    if t.is_meta or type(t).__name__ == "FakeTensor":
+        return "<no data>"
+    try:
+        v = t.detach()
+        if torch._is_functional_tensor(v):
+            torch._sync(v)  # type: ignore[attr-defined,no-untyped-call]
+            v = torch._from_functional_tensor(v)
+        if torch._C._functorch.is_functorch_wrapped_tensor(v):
+            v = torch._C._functorch.get_unwrapped(v)
+        if v.is_nested:
+            return [_values(u) for u in v.unbind()]
+        if v.is_quantized:
+            v = v.dequantize()
+        if v.layout is not torch.strided:
+            v = v.to_dense()
+        return v.resolve_conj().resolve_neg().as_subclass(torch.Tensor).clone()
+    except Exception as e:
+        return f"<values raise {type(e).__name__}>"
+
+
+def _graph(fn: Any, depth: int = 2) -> Any:
+    """The autograd node's type and, ``depth`` levels down, those of its next functions."""
+    if fn is None:
+        return None
+    if depth == 0:
+        return type(fn).__name__
+    return [type(fn).__name__, [(_graph(f, depth - 1), i) for f, i in fn.next_functions]]
+
+
+def describe(value: Any) -> Any:
+    """Everything observable about a Tensor, as plain data (anything else is returned as is).
+
+    Type, dtype, shape, strides, storage offset, device, layout, ``requires_grad``, leaf-ness,
+    the ``grad_fn`` graph (two levels), conj/neg bits, inference-ness, version counter, values.
+
+    Example:
+        >>> import torch
+        >>> from opclass.testing import describe
+        >>> d = describe(torch.ones(2, 3).t())
+        >>> d["shape"], d["stride"], d["version"]
+        ((3, 2), (1, 3), 0)
+    """
+    if not isinstance(value, Tensor):
+        return value
+    t = value
+    return {
+        "type": type(t).__name__,
+        "dtype": _attempt(lambda: t.dtype),
+        "shape": _attempt(lambda: tuple(t.shape)),
+        "stride": _attempt(t.stride),
+        "storage_offset": _attempt(t.storage_offset),
+        "device": _attempt(lambda: t.device),
+        "layout": _attempt(lambda: t.layout),
+        "requires_grad": _attempt(lambda: t.requires_grad),
+        "is_leaf": _attempt(lambda: t.is_leaf),
+        "grad_fn": _attempt(lambda: _graph(t.grad_fn)),
+        "conj": _attempt(t.is_conj),
+        "neg": _attempt(t.is_neg),
+        "inference": _attempt(t.is_inference),
+        "version": _attempt(lambda: t._version),
+        "values": _values(t),
+    }
+
+
+def _describe_output(out: Any, inputs: list[Tensor]) -> Any:
+    """The output with its container types, each Tensor described with the input it *is*."""
+    if isinstance(out, (tuple, list)):
+        return {"container": type(out).__name__, "items": [_describe_output(o, inputs) for o in out]}
+    if isinstance(out, dict):
+        return {k: _describe_output(v, inputs) for k, v in out.items()}
+    if isinstance(out, Tensor):
+        return {"is_input": [i for i, t in enumerate(inputs) if out is t], **describe(out)}
+    if isinstance(out, float) and math.isnan(out):
+        return "nan"
+    return out  # diff compares its type too
+
+
+def _backward(out: Any, enabled: bool = True) -> Any:
+    """Backward through every output that requires grad (ones as gradients): what happened."""
+    if not enabled:
+        return None
+    outs = [t for t in tree_leaves(out) if isinstance(t, Tensor) and t.requires_grad]
+    if not outs:
+        return "no output requires grad"
+    try:
+        torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
+    except Exception as e:
+        return _message(e)
+    return "ok"
+
+
+def _after(out: Any, inputs: list[Tensor]) -> dict[str, Any]:
+    """The output, every input afterwards, and the inputs' gradients, described."""
+    return {
+        "output": _describe_output(out, inputs),
+        "inputs_after": [describe(t) for t in inputs],
+        "grads": [describe(t.grad) if t.is_leaf else "<non-leaf>" for t in inputs],
+    }
+
+
+def observe(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any], *, backward: bool = True) -> dict[str, Any]:
+    """Call ``fn(*args, **kwargs)`` and return everything observable about the call, as data.
+
+    The exception (type and message) or the output (container and result types, each Tensor
+    as :func:`describe` sees it, and which input it *is*); what ``backward`` through every output
+    that requires grad did; every input Tensor afterwards (values, version counters...) and its
+    gradient. Compare two observations with :func:`diff`.
+
+    Example:
+        >>> import torch
+        >>> from opclass.testing import observe
+        >>> seen = observe(torch.sin, (torch.zeros(2, requires_grad=True),), {})
+        >>> seen["exception"], seen["backward"], seen["output"]["grad_fn"][0]
+        (None, 'ok', 'SinBackward0')
+    """
+    inputs = _tensors((args, dict(kwargs)))
+    out: Any = None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            outcome.output = fn(*args, **kwargs)
+            out = fn(*args, **kwargs)
+            exception = None
         except Exception as e:
-            outcome.error = _error(e)
-            return outcome
-        outcome.version_deltas = [t._version - v for t, v in zip(inputs, before)]
-        outs = [t for t in tree_leaves(outcome.output) if isinstance(t, Tensor) and t.requires_grad]
-        leaves = [t for t in inputs if t.requires_grad and t.is_leaf]
-        if outs and leaves:
+            exception = _message(e)
+        return {"exception": exception, "backward": _backward(out, backward), **_after(out, inputs)}
+
+
+def _same_tensor(a: Tensor, b: Tensor) -> bool:
+    if a.dtype.is_floating_point or a.dtype.is_complex:
+        return torch.equal(a.isnan(), b.isnan()) and torch.equal(torch.where(a.isnan(), 0, a), torch.where(b.isnan(), 0, b))
+    return torch.equal(a, b)
+
+
+def diff(a: Any, b: Any, path: str = "") -> str | None:
+    """The first difference between two observations (or any plain data), as text; ``None``: equal.
+
+    Tensors must be equal exactly, NaNs in the same places; containers must have the same type
+    and length; everything else must be of the same type and equal.
+
+    Example:
+        >>> import torch
+        >>> from opclass.testing import diff, observe
+        >>> x = torch.ones(2)
+        >>> diff(observe(torch.neg, (x,), {}), observe(torch.neg, (x.clone(),), {})) is None
+        True
+        >>> print(diff(observe(torch.neg, (x,), {}), observe(torch.abs, (x.clone(),), {})))
+        .output.values: values differ
+        tensor([-1., -1.])
+        vs
+        tensor([1., 1.])
+    """
+    if isinstance(a, Tensor) or isinstance(b, Tensor):
+        if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
+            return f"{path}: {a!r} vs {b!r}"
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return f"{path}: {a.dtype}{tuple(a.shape)} vs {b.dtype}{tuple(b.shape)}"
+        return None if _same_tensor(a, b) else f"{path}: values differ\n{a}\nvs\n{b}"
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return f"{path}: keys {sorted(a)} vs {sorted(b)}"
+        return next((d for k in a if (d := diff(a[k], b[k], f"{path}.{k}")) is not None), None)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if type(a) is not type(b) or len(a) != len(b):
+            return f"{path}: {a!r} vs {b!r}"
+        return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := diff(x, y, f"{path}[{i}]")) is not None), None)
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return None
+    return None if (type(a) is type(b) and a == b) else f"{path}: {a!r} vs {b!r}"
+
+
+def call_paths(op_cls: Any) -> dict[str, Callable[..., Any]]:
+    """The ways to call an op that must be indistinguishable, by label, the dispatcher last.
+
+    ``MyOp(...)`` (the class call, under the active guard), ``MyOp(...) [Python guard]`` (the
+    call function the pure-Python guard generates, where the native guard is active and the op
+    has a fast path) and ``MyOp.op(...)`` (the dispatcher, as ``torch.ops`` calls it).
+
+    Example:
+        >>> import torch, opclass, opclass.testing
+        >>> class DocsTestingPaths(opclass.CustomOp, name="docs_testing::paths"):
+        ...     @staticmethod
+        ...     def default(x: torch.Tensor) -> torch.Tensor:
+        ...         return x + 1
+        >>> paths = opclass.testing.call_paths(DocsTestingPaths)
+        >>> list(paths)[0], list(paths)[-1]
+        ('DocsTestingPaths(...)', 'DocsTestingPaths.op(...)')
+        >>> opclass.remove(DocsTestingPaths)
+    """
+    from ._codegen import python_guard_call
+    from ._native import guard_backend
+
+    record = _record_of(op_cls)
+    name = getattr(op_cls, "__name__", "MyOp")
+    paths: dict[str, Callable[..., Any]] = {f"{name}(...)": op_cls}
+    python = python_guard_call(record, op_cls) if guard_backend() == "native" else None
+    if python is not None:
+        op = record.op
+
+        def python_guard(*args: Any, **kwargs: Any) -> Any:
             try:
-                loss = sum((torch.view_as_real(o).sum() if o.is_complex() else o.sum() for o in outs), torch.zeros(()))
-                outcome.grads = list(torch.autograd.grad(loss, leaves, allow_unused=True))
-            except Exception as e:
-                outcome.backward_error = _error(e)
-    return outcome
+                return python(*args, **kwargs)
+            except TypeError as e:
+                # Binding failed (no frame of the call ran): the class call hands over to the
+                # dispatcher there, for torch's own error.
+                if e.__traceback__ is not None and e.__traceback__.tb_next is None:
+                    return op(*args, **kwargs)  # type: ignore[misc]
+                raise
 
-
-def _same_value(a: Tensor, b: Tensor, path: str) -> str | None:
-    if a.device.type == "meta" or b.device.type == "meta":
-        return None  # no values
-    try:
-        torch.testing.assert_close(a.detach(), b.detach(), equal_nan=True)
-    except AssertionError as e:
-        return f"{path}: values differ: {e}"
-    return None
-
-
-def _compare(a: Any, b: Any, path: str, inputs: tuple[list[Tensor], list[Tensor]]) -> str | None:
-    """The first difference between the fast path's ``a`` and the dispatcher's ``b`` (``None``: same)."""
-    if type(a) is not type(b):
-        return f"{path}: {type(a).__name__} vs {type(b).__name__}"
-    if isinstance(a, Tensor):
-        assert isinstance(b, Tensor)
-        for what in ("dtype", "shape", "device", "layout", "requires_grad"):
-            if getattr(a, what) != getattr(b, what):
-                return f"{path}: {what} {getattr(a, what)} vs {getattr(b, what)}"
-        is_a = [i for i, t in enumerate(inputs[0]) if t is a]
-        is_b = [i for i, t in enumerate(inputs[1]) if t is b]
-        if is_a != is_b:
-            return f"{path}: is input {is_a or 'none'} vs {is_b or 'none'}"
-        return _same_value(a, b, path)
-    if isinstance(a, (tuple, list)):
-        if len(a) != len(b):
-            return f"{path}: {len(a)} items vs {len(b)}"
-        for i, (x, y) in enumerate(zip(a, b)):
-            d = _compare(x, y, f"{path}[{i}]", inputs)
-            if d is not None:
-                return d
-        return None
-    if isinstance(a, float) and math.isnan(a) and math.isnan(b):
-        return None
-    return None if a == b else f"{path}: {a!r} vs {b!r}"
+        paths[f"{name}(...) [Python guard]"] = python_guard
+    paths[f"{name}.op(...)"] = op_cls.op
+    return paths
 
 
 def _run_fast_path(op_cls: Any, sample: Sample) -> None:
-    fast = _call_once(op_cls, sample)
-    slow = _call_once(op_cls.op, sample)
-    name = getattr(op_cls, "__name__", "MyOp")
-    names = (f"{name}(...)", f"{name}.op(...)")
-
-    def fail(detail: str) -> None:
-        raise _CheckFailed("fast path vs dispatcher", f"{names[0]} (the eager fast path) and {names[1]} (the dispatcher) differ: {detail}")
-
-    if fast.error != slow.error:
-        fail(f"exception {fast.error or 'none'} vs {slow.error or 'none'}")
-    inputs = (fast.inputs, slow.inputs)
-    d = _compare(fast.output, slow.output, "output", inputs)
-    if d is not None:
-        fail(d)
-    for i, (x, y) in enumerate(zip(fast.inputs, slow.inputs)):
-        d = _same_value(x, y, f"input Tensor {i} afterwards")
+    seen = {label: observe(fn, *_copy_inputs(sample)) for label, fn in call_paths(op_cls).items()}
+    *fast, reference = seen
+    for label in fast:
+        d = diff(seen[label], seen[reference])
         if d is not None:
-            fail(d)
-    if fast.version_deltas != slow.version_deltas:
-        fail(f"version counter bumps of the input Tensors {fast.version_deltas} vs {slow.version_deltas}")
-    if fast.backward_error != slow.backward_error:
-        fail(f"backward raised {fast.backward_error or 'nothing'} vs {slow.backward_error or 'nothing'}")
-    if (fast.grads is None) != (slow.grads is None):
-        fail(f"gradients {'computed' if fast.grads is not None else 'none'} vs {'computed' if slow.grads is not None else 'none'}")
-    for i, (ga, gb) in enumerate(zip(fast.grads or [], slow.grads or [])):
-        d = _compare(ga, gb, f"gradient of input Tensor {i}", ([], []))
-        if d is not None:
-            fail(d)
+            plan = _record_of(op_cls).plan
+            raise _CheckFailed("fast path vs dispatcher", f"{label} and {reference} (the dispatcher) differ at {d} [{plan}]")
 
 
 def _check(
@@ -451,11 +586,13 @@ def check_op(
             double-precision copies of the sample's floating-point Tensors, differentiating
             those with ``requires_grad=True`` (if none has it: every positional one); samples
             without floating-point Tensors are skipped.
-        fast_path: call ``op_cls(*args, **kwargs)`` (the eager fast path) and
-            ``op_cls.op(*args, **kwargs)`` (the dispatcher) on independent copies and compare the
-            outputs (structure, dtype, shape, values, which output is an input), the inputs
-            afterwards (values and version counter bumps), the gradients after ``backward`` of
-            the sum of the outputs, and any exception (type and message).
+        fast_path: call the op through every path of :func:`call_paths` (the class call, the
+            Python guard's call function where the native guard is active, and
+            ``op_cls.op(*args, **kwargs)``, the dispatcher) on independent copies and compare
+            what :func:`observe` sees: the exception (type and message) or the output (container
+            and result types, dtype, shape, strides, ``requires_grad``, ``grad_fn``, version
+            counter, values, which output is an input), what ``backward`` does, the inputs
+            afterwards (values, version counters) and their gradients.
         test_utils: the opcheck test utils; default all four, without ``test_faketensor`` and
             ``test_aot_dispatch_dynamic`` when the op has no fake kernel (no ``abstract``, and
             none that opclass generates).

@@ -43,7 +43,7 @@ def test_source_is_generated_once_and_visible(ns: str) -> None:
     # objects arrive as closure locals, not as repr'd source
     cells = dict(zip(call.__code__.co_freevars, [c.cell_contents for c in call.__closure__ or ()]))
     assert cells["_op"] is Axpy.op._op  # the OpOverload's C callable
-    assert cells["_k_cpu"] is Axpy.record.kernels["cpu"]
+    assert cells["_k_cpu"] is Axpy.record.kernels["cpu"].checked
     assert call.__defaults__ == (2.0,) and call.__kwdefaults__ == {"clamp": False}
 
 

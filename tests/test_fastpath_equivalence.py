@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import os
-import re
 import sys
 import warnings
 from typing import Any, Callable, Iterator, Optional
@@ -41,13 +41,14 @@ import torch
 import torch.autograd.forward_ad as fwAD
 import torch.utils.checkpoint
 from torch import Tensor
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.overrides import TorchFunctionMode
 from torch.types import Number
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map, tree_map_only
 
 from opclass import CustomOp
+from opclass.testing import _after, _backward, _message, call_paths, diff
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning"),
@@ -740,6 +741,21 @@ def _op_ret_mutable(ns: str) -> OpCase:
     return OpCase(RetMutable, {h: _returning(h) for h in ["none", "tensor", "int"]})
 
 
+def _op_annotated(ns: str, key: str) -> OpCase:
+    """A simple op (the native C entry takes it) whose kernel returns a fresh Tensor where its
+    annotation promises something else: the dispatcher converts the result, or raises."""
+    annotation = {"float_from_tensor": "float", "list_from_tensor": "list[Tensor]", "pair_from_tensor": "tuple[Tensor, Tensor]", "none_from_tensor": "None"}[key]
+    scope: dict[str, Any] = {"CustomOp": CustomOp, "Tensor": Tensor}
+    exec(  # noqa: S102 - the annotation is what varies
+        f"class Annotated(CustomOp, name='{ns}::{key}'):\n"
+        f"    @staticmethod\n"
+        f"    def cpu(x: Tensor, k: float) -> {annotation}:\n"
+        f"        return (x * k).sum() if {key == 'float_from_tensor'} else x * k\n",
+        scope,
+    )
+    return OpCase(scope["Annotated"], {"main": lambda I: ((I.T(3), 2.0), {})})
+
+
 def _op_alias_kinds(ns: str) -> OpCase:
     class AliasKinds(CustomOp, name=f"{ns}::alias_kinds"):
         """Outputs that share memory with an input in ways the output check may or may not see."""
@@ -802,6 +818,7 @@ CORPUS: dict[str, Callable[[str], OpCase]] = {
     "ret_mutable": _op_ret_mutable,
     "alias_kinds": _op_alias_kinds,
     "alias_pair": _op_alias_pair,
+    **{key: functools.partial(_op_annotated, key=key) for key in ("float_from_tensor", "list_from_tensor", "pair_from_tensor", "none_from_tensor")},
 }
 
 
@@ -1230,105 +1247,18 @@ MATRIX: list[tuple[str, str]] = [
     ("mm_no_autocast", "main"),
     ("misc_types", "main"),
     ("optional_tensor_list", "main"),
+    ("float_from_tensor", "main"),
+    ("list_from_tensor", "main"),
+    ("pair_from_tensor", "main"),
+    ("none_from_tensor", "main"),
 ]
 
 # --------------------------------------------------------------------------- snapshots
 
 
-_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
-
-
-def _message(e: BaseException) -> str:
-    text = str(e)
-    # "Could not run / no fallback" errors list the kernels registered right now, which lazy
-    # registrations (meta kernels, ...) change between two calls: keep the sentence, not the list.
-    text = text.split("Available functions are")[0]
-    return _ADDRESS.sub("0x?", text)
-
-
-def _attempt(f: Callable[[], Any]) -> Any:
-    try:
-        return f()
-    except Exception as e:  # the attribute itself raises: compare that it does
-        return f"<raises {type(e).__name__}>"
-
-
-def _values(t: Tensor) -> Any:
-    """The data of ``t`` as a plain dense CPU Tensor (or a marker where there is none)."""
-    if isinstance(t, FakeTensor) or t.is_meta:
-        return "<no data>"
-    try:
-        v = t.detach()
-        if torch._is_functional_tensor(v):
-            torch._sync(v)
-            v = torch._from_functional_tensor(v)
-        if torch._C._functorch.is_functorch_wrapped_tensor(v):
-            v = torch._C._functorch.get_unwrapped(v)
-        if v.is_nested:
-            return [_values(u) for u in v.unbind()]
-        if v.is_quantized:
-            v = v.dequantize()
-        if v.layout is not torch.strided:
-            v = v.to_dense()
-        return v.resolve_conj().resolve_neg().as_subclass(torch.Tensor).clone()
-    except Exception as e:
-        return f"<values raise {type(e).__name__}>"
-
-
-def _graph(fn: Any, depth: int = 2) -> Any:
-    """The autograd node's type and, ``depth`` levels down, those of its next functions."""
-    if fn is None:
-        return None
-    name = type(fn).__name__
-    if depth == 0:
-        return name
-    return [name, [(_graph(f, depth - 1), i) for f, i in fn.next_functions]]
-
-
-def describe(t: Any) -> Any:
-    """Everything observable about one Tensor (``None`` stays ``None``)."""
-    if not isinstance(t, Tensor):
-        return t
-    return {
-        "type": type(t).__name__,
-        "dtype": _attempt(lambda: t.dtype),
-        "shape": _attempt(lambda: tuple(t.shape)),
-        "stride": _attempt(t.stride),
-        "storage_offset": _attempt(t.storage_offset),
-        "device": _attempt(lambda: t.device),
-        "layout": _attempt(lambda: t.layout),
-        "requires_grad": _attempt(lambda: t.requires_grad),
-        "is_leaf": _attempt(lambda: t.is_leaf),
-        "grad_fn": _attempt(lambda: _graph(t.grad_fn)),
-        "conj": _attempt(t.is_conj),
-        "neg": _attempt(t.is_neg),
-        "inference": _attempt(t.is_inference),
-        "version": _attempt(lambda: t._version),
-        "values": _values(t),
-    }
-
-
 def _tensors_in(args: tuple[Any, ...], kwargs: dict[str, Any], extra: list[Tensor]) -> list[Tensor]:
     found = [t for t in tree_leaves((args, kwargs)) if isinstance(t, Tensor)]
     return found + [t for t in extra if all(t is not f for f in found)]
-
-
-def _describe_output(out: Any, inputs: list[Tensor]) -> Any:
-    """The output pytree with each Tensor described, plus which input (if any) it is."""
-
-    def one(v: Any) -> Any:
-        if isinstance(v, Tensor):
-            same = [i for i, t in enumerate(inputs) if v is t]
-            return {"is_input": same, **describe(v)}
-        if isinstance(v, float) and math.isnan(v):
-            return "nan"
-        return v
-
-    if isinstance(out, (tuple, list)):
-        return {"container": type(out).__name__, "items": [_describe_output(o, inputs) for o in out]}
-    if isinstance(out, dict):
-        return {k: _describe_output(v, inputs) for k, v in out.items()}
-    return one(out)
 
 
 @contextlib.contextmanager
@@ -1365,67 +1295,15 @@ def run_one(
                 out = scenario.wrap(fn, args, kwargs) if scenario.wrap is not None else fn(*args, **kwargs)
                 snap["exception"] = None
             except Exception as e:
-                snap["exception"] = (type(e).__name__, _message(e))
+                snap["exception"] = _message(e)
             if scenario.backward_inside:
                 snap["backward"] = _backward(out, backward)
         if not scenario.backward_inside:
             snap["backward"] = _backward(out, backward)
-        inputs = _tensors_in(args, kwargs, I.leaves)
-        snap["output"] = _describe_output(out, inputs)
-        snap["inputs_after"] = [describe(t) for t in inputs]
-        snap["grads"] = [describe(t.grad) if t.is_leaf else "<non-leaf>" for t in inputs]
+        snap.update(_after(out, _tensors_in(args, kwargs, I.leaves)))
         if scenario.observe is not None:
             snap["observed"] = scenario.observe(entered)
     return snap
-
-
-def _backward(out: Any, enabled: bool) -> Any:
-    """Backward through every output that requires grad (ones as gradients): the exception, if any."""
-    if not enabled:
-        return None
-    outs = [t for t in tree_leaves(out) if isinstance(t, Tensor) and t.requires_grad]
-    if not outs:
-        return "no output requires grad"
-    try:
-        torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
-    except Exception as e:
-        return (type(e).__name__, _message(e))
-    return "ok"
-
-
-def _diff(a: Any, b: Any, path: str = "") -> Optional[str]:
-    """The first difference between two snapshots, as text (``None``: equal)."""
-    if isinstance(a, Tensor) or isinstance(b, Tensor):
-        if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
-            return f"{path}: {a!r} vs {b!r}"
-        if a.dtype != b.dtype or a.shape != b.shape:
-            return f"{path}: {a.dtype}{tuple(a.shape)} vs {b.dtype}{tuple(b.shape)}"
-        if a.dtype.is_floating_point or a.dtype.is_complex:
-            if not torch.equal(torch.nan_to_num(a.isnan().to(a.dtype)), torch.nan_to_num(b.isnan().to(b.dtype))):
-                return f"{path}: NaNs differ\n{a}\nvs\n{b}"
-            if not torch.equal(torch.where(a.isnan(), 0, a), torch.where(b.isnan(), 0, b)):
-                return f"{path}: values differ\n{a}\nvs\n{b}"
-            return None
-        return None if torch.equal(a, b) else f"{path}: values differ\n{a}\nvs\n{b}"
-    if isinstance(a, dict) and isinstance(b, dict):
-        if a.keys() != b.keys():
-            return f"{path}: keys {sorted(a)} vs {sorted(b)}"
-        for k in a:
-            d = _diff(a[k], b[k], f"{path}.{k}")
-            if d is not None:
-                return d
-        return None
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        if type(a) is not type(b) or len(a) != len(b):
-            return f"{path}: {a!r} vs {b!r}"
-        for i, (x, y) in enumerate(zip(a, b)):
-            d = _diff(x, y, f"{path}[{i}]")
-            if d is not None:
-                return d
-        return None
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return None
-    return None if (type(a) is type(b) and a == b) else f"{path}: {a!r} vs {b!r}"
 
 
 def assert_same(
@@ -1436,27 +1314,29 @@ def assert_same(
     backward: bool = True,
     keys: Optional[tuple[str, ...]] = None,
 ) -> dict[str, Any]:
-    """``op(*args)`` (the fast path) and ``op.op(*args)`` (the dispatcher) are indistinguishable.
+    """Every call path of ``op`` (:func:`opclass.testing.call_paths`: the class call, the other
+    guard's call function where both exist, ``op.op``) is indistinguishable from ``op.op``.
 
     ``make_inputs(I)`` returns ``(args, kwargs)``, building every Tensor with ``I.T(*shape)``; it
-    runs once per call, from the same seed, so both calls get equal but independent inputs.
-    ``context`` is a :class:`Scenario` or a context-manager factory. Returns the fast path's
+    runs once per call, from the same seed, so every call gets equal but independent inputs.
+    ``context`` is a :class:`Scenario` or a context-manager factory. Returns the class call's
     snapshot. ``keys`` restricts the comparison to those snapshot entries.
     """
     scenario = context if isinstance(context, Scenario) else Scenario("custom", context=context)
-    fast = run_one(op, make_inputs, scenario, backward=backward)
-    slow = run_one(op.op, make_inputs, scenario, backward=backward)
+    snaps = {label: run_one(fn, make_inputs, scenario, backward=backward) for label, fn in call_paths(op).items()}
     if keys is not None:
-        fast = {k: v for k, v in fast.items() if k in keys}
-        slow = {k: v for k, v in slow.items() if k in keys}
-    d = _diff(fast, slow)
-    assert d is None, f"{op.qualname} under {scenario.name}: MyOp(...) differs from MyOp.op(...) at {d}"
+        snaps = {label: {k: v for k, v in snap.items() if k in keys} for label, snap in snaps.items()}
+    *fast, reference = snaps
+    slow = snaps[reference]
+    for label in fast:
+        d = diff(snaps[label], slow)
+        assert d is None, f"{op.qualname} under {scenario.name}: {label} differs from {reference} at {d}"
     if scenario.must_see_op and slow.get("exception") is None:
-        # (An op that raises before reaching the mode, e.g. out= under grad, is seen by neither.)
+        # (An op that raises before reaching the mode, e.g. out= under grad, is seen by none.)
         expected = str(op.op) if scenario.observe is _seen else f"{op.record.namespace}::{op.record.name}"
-        for label, snap in (("MyOp(...)", fast), ("MyOp.op(...)", slow)):
+        for label, snap in snaps.items():
             assert expected in snap["observed"], f"{scenario.name}: {label} was not seen ({expected} not in {snap['observed']})"
-    return fast
+    return snaps[fast[0]]
 
 
 # --------------------------------------------------------------------------- the matrix
@@ -1694,7 +1574,7 @@ def test_compile_matches_eager(ns: str, op_name: str) -> None:
             return snap
 
         for key in ("exception", "output", "inputs_after", "grads", "backward"):
-            d = _diff(values(got[key]), values(expected[key]), key)
+            d = diff(values(got[key]), values(expected[key]), key)
             assert d is None, f"compiled {case.cls.qualname} differs from eager: {d}"
     finally:
         torch._dynamo.reset()

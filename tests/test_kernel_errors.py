@@ -37,6 +37,7 @@ from torch import Tensor
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from opclass import CustomOp
+from opclass.testing import call_paths, diff, observe
 
 # Every exception a hook of this file raises, in order: the caller must get these very objects.
 RAISED: list[BaseException] = []
@@ -376,20 +377,6 @@ WRONG_RESULTS: dict[str, WrongResult] = {
 }
 
 
-def _outcome(fn: Callable[..., Any], kw_only: bool, how: str, requires_grad: bool, context: str) -> tuple[Any, ...]:
-    """(exception type, message, output) of one call on fresh inputs, and the input's state around it."""
-    x = torch.arange(1.0, 4.0, requires_grad=requires_grad)
-    before = _state(x)
-    with CONTEXTS[context]():
-        try:
-            out = fn(x, how=how) if kw_only else fn(x, how)
-            result: tuple[Any, ...] = (None, None, out)
-        except Exception as e:  # noqa: BLE001
-            result = (type(e), str(e), None)
-    _assert_unchanged(before, x, "x")
-    return result
-
-
 @pytest.mark.parametrize("context", list(CONTEXTS))
 @pytest.mark.parametrize("requires_grad", [False, True], ids=["plain", "requires_grad"])
 @pytest.mark.parametrize("case", list(WRONG_RESULTS))
@@ -397,15 +384,24 @@ def test_wrong_kernel_result_matches_the_dispatcher(ns: str, case: str, requires
     wrong = WRONG_RESULTS[case]
     cls = wrong.op(ns)
     kw_only = any(a.kwarg_only for a in cls.record.schema.arguments)
-    fast = _outcome(cls, kw_only, wrong.how, requires_grad, context)
-    slow = _outcome(cls.op, kw_only, wrong.how, requires_grad, context)
-    assert slow[0] is wrong.exc, f"the dispatcher: {slow[:2]}"
-    assert fast[:2] == slow[:2]
+    # Every call path (the class call, the other guard's where both exist, the dispatcher).
+    seen = {}
+    for label, fn in call_paths(cls).items():
+        x = torch.arange(1.0, 4.0, requires_grad=requires_grad)
+        before = _state(x)
+        with CONTEXTS[context]():
+            seen[label] = observe(fn, (x,), {"how": wrong.how}) if kw_only else observe(fn, (x, wrong.how), {})
+        _assert_unchanged(before, x, "x")
+    *fast, reference = seen
+    slow = seen[reference]
+    assert (slow["exception"] or (None,))[0] == (wrong.exc.__name__ if wrong.exc else None), f"the dispatcher: {slow['exception']}"
+    for label in fast:
+        assert diff(seen[label], slow) is None, (label, diff(seen[label], slow))
     if wrong.exc is None:
-        assert fast[2] is None and slow[2] is None
+        assert slow["output"] is None
     else:
         where = f"{cls.qualname} ({cls.__name__}.cpu)"
-        assert wrong.says.format(where=where) in fast[1]
+        assert wrong.says.format(where=where) in seen[fast[0]]["exception"][1]
 
 
 # --------------------------------------------------------------------------- wrong abstract results

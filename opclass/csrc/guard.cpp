@@ -302,19 +302,21 @@ PyObject* meta_call(PyObject* cls, PyObject* args, PyObject* kwargs) {
 PyObject* fast_name = nullptr;  // "_opclass_fast"
 
 // The whole plain-eager call in C, for simple ops (see _fastpath.c_entry): fast is
-// (spec, kernel_cpu, kernel_cuda, apply_cpu, apply_cuda, finish). Returns NotImplemented (a new
-// reference) when the generated call function must decide instead.
+// (spec, single, kernel_cpu, kernel_cuda, apply_cpu, apply_cuda, finish). Returns NotImplemented
+// (a new reference) when the generated call function must decide instead.
 PyObject* fast_call(PyObject* fast, const char* spec, PyObject* const* args, Py_ssize_t nargs) {
   int code = classify_call(spec, args, nargs);
-  PyObject* target = code == 1 || code == 2 ? PyTuple_GET_ITEM(fast, code)
-      : code == 5 || code == 6              ? PyTuple_GET_ITEM(fast, code - 2)
+  PyObject* target = code == 1 || code == 2 ? PyTuple_GET_ITEM(fast, code + 1)
+      : code == 5 || code == 6              ? PyTuple_GET_ITEM(fast, code - 1)
                                             : Py_None;
   if (target == Py_None) {
     Py_RETURN_NOTIMPLEMENTED;
   }
   PyObject* out = PyObject_Vectorcall(target, args, static_cast<size_t>(nargs), nullptr);
-  if (out == nullptr || code > 4 || is_fresh(out, 1)) {
-    return out;  // the Function's forward checked its outputs itself
+  // A fresh Tensor is final only when the plan says the op returns exactly one Tensor; the
+  // Function's forward (code > 4) checked and converted its outputs itself.
+  if (out == nullptr || code > 4 || (PyTuple_GET_ITEM(fast, 1) == Py_True && is_fresh(out, 1))) {
+    return out;
   }
   // finish(out, *args): the full aliasing check and the conversion the dispatcher would do.
   std::vector<PyObject*> full(static_cast<size_t>(nargs) + 1);
@@ -322,7 +324,7 @@ PyObject* fast_call(PyObject* fast, const char* spec, PyObject* const* args, Py_
   for (Py_ssize_t i = 0; i < nargs; ++i) {
     full[static_cast<size_t>(i) + 1] = args[i];
   }
-  PyObject* result = PyObject_Vectorcall(PyTuple_GET_ITEM(fast, 5), full.data(), full.size(), nullptr);
+  PyObject* result = PyObject_Vectorcall(PyTuple_GET_ITEM(fast, 6), full.data(), full.size(), nullptr);
   Py_DECREF(out);
   return result;
 }
@@ -333,7 +335,7 @@ PyObject* op_vectorcall(PyObject* cls, PyObject* const* args, size_t nargsf, PyO
   // The C entry first: a class has one only while its generated call function is current.
   Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
   PyObject* fast = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(cls), fast_name);  // borrowed
-  if (fast != nullptr && PyTuple_CheckExact(fast) && PyTuple_GET_SIZE(fast) == 6 &&
+  if (fast != nullptr && PyTuple_CheckExact(fast) && PyTuple_GET_SIZE(fast) == 7 &&
       (kwnames == nullptr || PyTuple_GET_SIZE(kwnames) == 0)) {
     PyObject* spec = PyTuple_GET_ITEM(fast, 0);
     if (PyBytes_GET_SIZE(spec) == nargs) {

@@ -1,0 +1,143 @@
+"""The call plan: what a plain eager call of one op may do without the dispatcher, decided once
+per install from the kernels the install registered, and read by all three fast routes (the
+generated call, the C entry, the Autograd kernel's shortcut). See docs/design.md.
+
+The guards admit a call only when its dispatch key set is within the plain CPU/CUDA key sets, so
+a kernel at any other key can never be reached by such a call. A kernel at a reachable key that
+the plan does not understand turns the fast path off: correct first, fast second.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+import torch
+
+if TYPE_CHECKING:
+    from ._record import Kernel, OpRecord
+
+__all__ = ["CallPlan", "Registration", "build_plan", "FAST_DEVICES"]
+
+#: Device types the guards classify, and their backend keys.
+FAST_DEVICES = {"cpu": "CPU", "cuda": "CUDA"}
+_AUTOCAST = {"AutocastCPU": "cpu", "AutocastCUDA": "cuda"}
+_DEFAULT = "CompositeExplicitAutograd"
+# Keys (runtime or alias) a call with plain cpu/cuda key sets can reach. Kernels there are
+# understood only when opclass itself made them (Autograd, ADInplaceOrView, BackendSelect) or
+# when they are a device hook's kernel (backend keys); anything else turns the fast path off.
+_REACHABLE = frozenset(
+    {*FAST_DEVICES.values(), *_AUTOCAST, _DEFAULT, "CompositeExplicitAutogradNonFunctional", "CompositeImplicitAutograd",
+     "Autograd", "AutogradCPU", "AutogradCUDA", "AutogradOther", "ADInplaceOrView", "BackendSelect"}
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Registration:
+    """One kernel registration of an install: the op name, dispatch key, function and hook
+    (``None``: opclass's own)."""
+
+    op_name: str
+    key: str
+    fn: Callable[..., Any]
+    hook: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class CallPlan:
+    """What a plain eager call of the op does; read by every fast route, never recomputed."""
+
+    #: Device type -> the kernel a plain call on that device runs (the dispatcher's choice).
+    kernels: Mapping[str, Kernel]
+    #: Device types with an ``Autocast<device>`` kernel: the fast path needs autocast off.
+    autocast: tuple[str, ...]
+    #: Calls that need grad: ``"function"`` (a prebuilt autograd.Function), ``"eager"`` (the kernel
+    #: under autograd) or ``"dispatcher"``.
+    grad: str
+    #: The schema returns exactly one Tensor and promises it fresh: a fresh result is final.
+    single_tensor: bool
+    #: Why the class call always goes to the dispatcher (``None``: it has a fast path).
+    off: str | None
+    #: Devices left to the dispatcher, and why.
+    notes: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        if self.off is not None:
+            return f"fast path off: {self.off}"
+        text = "fast path: " + ", ".join(self.kernels)
+        if self.autocast:
+            text += f" (autocast off for {', '.join(self.autocast)})"
+        return text + "".join(f"; {note}" for note in self.notes)
+
+
+def build_plan(record: OpRecord, registrations: list[Registration]) -> CallPlan:
+    """The plan for ``record``, from the hooks' registrations (opclass's core ones are understood)."""
+    spec = record.spec
+    last: dict[str, Registration] = {}
+    for r in registrations:
+        if r.op_name == spec.overload_name():
+            last[r.key] = r
+    for key in _REACHABLE - set(last):
+        # A kernel some other Library put there (torch.library.register_autocast without lib=...).
+        if torch._C._dispatch_has_kernel_for_dispatch_key(spec.qualname, key):
+            last[key] = Registration(spec.overload_name(), key, _outside, "")
+    autocast = tuple(_AUTOCAST[k] for k in last if k in _AUTOCAST)
+    foreign = [r for k, r in last.items() if k in _REACHABLE and k not in _AUTOCAST and k not in (*FAST_DEVICES.values(), _DEFAULT) and r.hook is not None]
+    kernels: dict[str, Kernel] = {}
+    notes: list[str] = []
+    for device, key in FAST_DEVICES.items():
+        reached = last.get(key) or last.get(_DEFAULT)
+        kernel = record.kernel_for(device)
+        if reached is None:
+            continue
+        if kernel is not None and reached.fn is kernel.checked:
+            kernels[device] = kernel
+        else:
+            notes.append(f"{device} runs the kernel {_who(reached)} registered at {reached.key}")
+    off = _why_off(record, foreign, kernels)
+    grad = "eager" if record.eager_autograd else "dispatcher" if spec.mutated or spec.is_out else "function"
+    returns = [str(r.real_type) for r in spec.schema.returns]
+    single = returns == ["Tensor"] and not spec.mutated
+    return CallPlan(kernels if not foreign else {}, autocast, grad, single, off, tuple(notes))
+
+
+def _outside(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("a placeholder for a kernel registered outside the op's Library")
+
+
+def _who(r: Registration) -> str:
+    return "another Library" if r.fn is _outside else f"hook {r.hook!r}" if r.hook else "opclass"
+
+
+def _why_off(record: OpRecord, foreign: list[Registration], kernels: Mapping[str, Kernel]) -> str | None:
+    if foreign:
+        return "; ".join(f"{_who(r)} registered a kernel at {r.key}" for r in foreign)
+    if not kernels:
+        return "no cpu or cuda kernel"
+    from ._fastpath import has_guard  # the guard writer knows which types it can check
+
+    arguments = record.spec.schema.arguments
+    configs = config_classes(record)
+    for a in arguments:
+        if not has_guard(a, configs):
+            return f"argument {a.name!r} of type {a.type} has no cheap guard"
+    if not any("Tensor" in str(a.real_type) or str(a.real_type) == "Device" for a in arguments):
+        return "no Tensor or Device argument picks the device"
+    if any(a.name.startswith("_") for a in arguments):
+        return "an argument name starts with '_', like the generated call's own names"
+    return None
+
+
+def config_classes(record: OpRecord) -> dict[str, type]:
+    """Parameter name -> config dataclass, from the kernels' annotations (empty under schema=)."""
+    from . import _schema
+
+    for kernel in record.kernels.values():
+        try:
+            annotations = _schema.resolve_annotations(kernel.user)
+        except _schema.SchemaProblem:
+            continue
+        found = {n: a for n, a in annotations.items() if isinstance(a, type) and dataclasses.is_dataclass(a)}
+        if found:
+            return found
+    return {}
