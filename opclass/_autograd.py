@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import inspect
+import itertools
 
 import torch
 import torch.autograd.forward_ad as _forward_ad
@@ -15,6 +16,7 @@ from ._alias import check_outputs, output_is_fresh
 from ._plan import FAST_DEVICES
 from ._record import Kernel, OpRecord
 from ._returns import converter, exact_predicate
+from ._shield import shield
 
 _AFTER_AUTOGRAD = _C._after_autograd_keyset
 _ADIV = _C.DispatchKey.ADInplaceOrView
@@ -43,6 +45,9 @@ def build_autograd_functions(record: OpRecord) -> tuple[type[torch.autograd.Func
     pos_defaults = [record.signature.parameters[a.name].default for a in positional]
     kw_defaults = {a.name: record.signature.parameters[a.name].default for a in kw_only if a.has_default_value()}
     n_pos = len(positional)
+    # backward may stop after the arguments a caller can pass (torch's convention), so at the
+    # first of the trailing defaulted ones.
+    required = n_pos - len(list(itertools.takewhile(lambda a: a.has_default_value(), reversed(positional))))
     kw_index = {a.name: n_pos + i for i, a in enumerate(kw_only)}
     qualname = record.qualname
     cls_name = record.cls_name
@@ -67,6 +72,9 @@ def build_autograd_functions(record: OpRecord) -> tuple[type[torch.autograd.Func
         if not isinstance(result, tuple):
             result = (result,)
         assert isinstance(result, tuple)
+        if required <= len(result) < n_pos and not any(ctx.needs_input_grad[len(result) : n_pos]):
+            # torch's convention (custom_op code): gradients for the arguments passed only.
+            result += (None,) * (n_pos - len(result))
         if not n_pos <= len(result) <= n_pos + len(kw_only):
             raise RuntimeError(
                 f"{cls_name}.backward returned {len(result)} gradients; expected one per positional input "
@@ -121,6 +129,14 @@ def build_autograd_functions(record: OpRecord) -> tuple[type[torch.autograd.Func
             result = user_backward(ctx, grads)
         finally:
             ctx.needs_input_grad = saved
+        for i in range(call.n_args, n_pos):
+            if result[i] is not None:
+                # Left out by the dispatcher (equal to its default, so no Tensor): what torch says
+                # when the fast path, which passes it, gets a gradient for it.
+                raise RuntimeError(
+                    f"function {cls_name}FunctionBackward returned a gradient different than None at position "
+                    f"{i + 1}, but the corresponding forward input was not a Variable"
+                )
         grads_in = list(result[: call.n_args])
         for name in call.kw_names:
             i = kw_index[name]
@@ -200,6 +216,8 @@ def _function_class(
 ) -> type[torch.autograd.Function]:
     body: dict[str, Any] = {"forward": staticmethod(forward), "backward": staticmethod(backward)}
     body.update({k: staticmethod(v) for k, v in extra.items()})
+    for method in body.values():
+        shield(method.__func__)
     fn_cls = type(name, (torch.autograd.Function,), body)
     fn_cls.__module__ = __name__
     fn_cls.__qualname__ = qualname or name

@@ -48,6 +48,8 @@ class Keywords:
     mutates_args: tuple[str, ...]
     schema: str | None
     tags: tuple[torch.Tag, ...]
+    #: ``mutates_args="unknown"``: every Tensor argument is marked mutated, as torch does.
+    mutates_unknown: bool = False
 
 
 def _snake_case(name: str) -> str:
@@ -93,7 +95,9 @@ class OpBuilder:
         base = next((k.__dict__["_opclass_record"] for k in self.cls.__mro__[1:] if k.__dict__.get("_opclass_record")), None)
         self.inherited_schema: str | None = base.schema_str if base is not None else None
         inherited: dict[str, Any] = getattr(self.cls, "_opclass_keywords", {})
-        merged = {**{k: v for k, v in inherited.items() if k != "name"}, **{k: v for k, v in self.given.items() if v is not None}}
+        # Any iterable is taken once (a generator would be empty for the next reader and for subclasses).
+        given = {k: tuple(v) if k in ("mutates_args", "tags") and isinstance(v, Iterable) and not isinstance(v, str) else v for k, v in self.given.items()}
+        merged = {**{k: v for k, v in inherited.items() if k != "name"}, **{k: v for k, v in given.items() if v is not None}}
         if base is not None:
             merged.setdefault("namespace", base.namespace)
         self.cls._opclass_keywords = merged  # type: ignore[attr-defined]
@@ -147,8 +151,11 @@ class OpBuilder:
         if namespace is not None and (not isinstance(namespace, str) or not _IDENT.match(namespace)):
             self.fail(None, f"namespace={namespace!r} is not a valid namespace", "use a Python identifier such as 'mylib'")
         mutates = kw.get("mutates_args", ())
+        unknown = mutates == "unknown"  # torch's spelling for "may write to any Tensor argument"
+        if unknown:
+            mutates = ()
         if isinstance(mutates, str):
-            self.fail(None, f"mutates_args={mutates!r} is a string, not a collection of names", f"write mutates_args=({mutates!r},)")
+            self.fail(None, f"mutates_args={mutates!r} is a string, not a collection of names", f"write mutates_args=({mutates!r},), or mutates_args='unknown' for every Tensor argument")
         if not isinstance(mutates, Iterable) or not all(isinstance(m, str) for m in mutates):
             self.fail(None, f"mutates_args={mutates!r} must be parameter names", "write e.g. mutates_args=('out',)")
         tags = kw.get("tags", ())
@@ -163,7 +170,7 @@ class OpBuilder:
         name = self.given.get("name")
         if name is not None and not isinstance(name, str):
             self.fail(None, f"name={name!r} must be a string", "write e.g. name='mylib::my_op'")
-        return Keywords(name, namespace, _schema.dedupe(mutates), schema, tags)
+        return Keywords(name, namespace, _schema.dedupe(mutates), schema, tags, unknown)
 
     def validate_pairs(self) -> None:
         """Hooks that only make sense together (``setup_context`` + ``backward``)."""
@@ -199,11 +206,16 @@ class OpBuilder:
     def derive_schema(self, kw: Keywords, qualname: str) -> torch._C.FunctionSchema:
         """The op schema from ``schema=`` and/or the annotated kernels, which must all agree."""
         annotated = [h for h, fn in self.defined.items() if self.hooks[h].kernel and _annotations(fn)]
+        complete = [h for h in annotated if _schema.fully_annotated(self.defined[h])]
+        # A hook annotated in part (def abstract(x, shape) -> Tensor) needs a schema from elsewhere;
+        # validate_kernels then checks what it does annotate.
+        self.partial = [h for h in annotated if h not in complete] if complete or kw.schema or self.inherited_schema else []
+        annotated = [h for h in annotated if h not in self.partial]
         derived: list[tuple[str, str, torch._C.FunctionSchema]] = []
         for hook in annotated:
             fn = self.defined[hook]
             try:
-                text = _schema.derive(fn, kw.mutates_args, kw.tags)
+                text = _schema.derive(fn, _schema.tensor_parameters(fn) if kw.mutates_unknown else kw.mutates_args, kw.tags)
             except _schema.SchemaProblem as e:
                 self.fail(hook, e.problem, e.fix, fn)
             derived.append((hook, text, self._parse(qualname, text, hook)))
@@ -219,12 +231,15 @@ class OpBuilder:
                 )
         if kw.schema is not None:
             explicit = self._parse(qualname, kw.schema, None)
+            tag_problem = _schema.tag_problem(explicit, kw.tags)
+            if tag_problem is not None:
+                self.fail(None, f"schema={kw.schema!r}: {tag_problem[0]}", tag_problem[1])
             if derived:
                 diff = _schema.describe_difference(explicit, derived[0][2])
                 if diff is not None:
                     hook = derived[0][0]
                     self.fail(hook, f"disagrees with schema={kw.schema!r} ({diff})", "make the annotations match the schema, or drop them", self.defined[hook])
-            given = set(kw.mutates_args) if "mutates_args" in self.keywords_raw else None
+            given = set(kw.mutates_args) if "mutates_args" in self.keywords_raw and not kw.mutates_unknown else None
             in_schema = set(_schema.mutated_names(explicit))
             if given is not None and given != in_schema:
                 self.fail(
@@ -259,10 +274,14 @@ class OpBuilder:
                 guess = did_you_mean(m, names)
                 self.fail(None, f"mutates_args names {m!r}, which is not a parameter ({', '.join(names)})", f"did you mean {guess!r}?" if guess else "list parameter names only")
         for hook, fn in self.defined.items():
-            if self.hooks[hook].kernel and not _annotations(fn):
+            if self.hooks[hook].kernel and (not _annotations(fn) or hook in self.partial):
                 problem = _schema.kernel_signature_problem(fn, schema)
                 if problem is not None:
                     self.fail(hook, problem, f"write {hook}{_python_params(schema)}", fn)
+            if hook in self.partial:
+                problem = _schema.annotation_problem(fn, schema)
+                if problem is not None:
+                    self.fail(hook, problem, "annotate it as the op's schema says, or not at all", fn)
         if schema._is_view_op():
             self.fail(None, f"schema {str(schema)!r} declares a view (an alias annotation without '!')", "return fresh Tensors (e.g. x.clone()) with a plain schema")
         if not any("Tensor" in str(a.type) for a in schema.arguments):

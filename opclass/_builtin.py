@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections.abc
 import inspect
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -13,8 +14,10 @@ from . import _eager
 from ._alias import check_arity
 from ._hooks import Hook, HookContext, positional_count as _positional_count, register_hook
 from ._record import Kernel, OpRecord
+from ._shield import shield
 from ._register import checked_kernel
 from ._sharding import sharding_hook
+from .errors import formatdef
 
 #: Device types that get a kernel hook of their own name (``def cuda(...)``).
 DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "hpu", "mtia", "xla", "ipu", "maia", "hip", "privateuseone")
@@ -42,7 +45,8 @@ def device_hook(device_type: str | None) -> Hook:
         name = device_type
 
     def install(record: OpRecord, fn: Callable[..., Any]) -> None:
-        kernel = Kernel(name, fn, checked_kernel(record, name, fn), f"{record.qualname} ({record.cls_name}.{name})")
+        # shield: the fast path calls fn itself, with no registered wrapper around it.
+        kernel = Kernel(name, shield(fn), checked_kernel(record, name, fn), f"{record.qualname} ({record.cls_name}.{name})")
         record.kernels[device_type] = kernel
         record.lib.impl(record.overload_name(), kernel.checked, key)
 
@@ -71,6 +75,22 @@ def _install_abstract(record: OpRecord, fn: Callable[..., Any]) -> None:
         record.lib._register_fake(record.overload_name(), checked_abstract, _stacklevel=1)
         return
     record.lib._register_fake(record.overload_name(), fn, _stacklevel=1)
+
+
+def _check_abstract(fn: Any, ctx: HookContext) -> None:
+    tag = next((t for t in (torch.Tag.inplace, torch.Tag.out) if t in ctx.tags), None)
+    if tag is None:
+        return
+    # Not an error: it works as written (and wins), as torch.library allows one too.
+    message = (
+        f"{formatdef(ctx.cls_name, 'abstract', fn)}: unnecessary: opclass generates the fake kernel of an op "
+        f"tagged torch.Tag.{tag.name} (it returns the mutated argument{'s' if tag is torch.Tag.out else ''}); remove it"
+    )
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        warnings.warn_explicit(message, UserWarning, code.co_filename, code.co_firstlineno)
+    else:
+        warnings.warn(message, UserWarning, stacklevel=2)
 
 
 # --------------------------------------------------------------------------- autograd
@@ -240,7 +260,7 @@ def register_builtin_hooks() -> None:
     register_hook(device_hook(None))
     for device_type in DEVICE_TYPES:
         register_hook(device_hook(device_type))
-    register_hook(Hook("abstract", _install_abstract, kernel=True, doc="fake (meta) kernel for torch.compile/export; torch.library.get_ctx() works inside"))
+    register_hook(Hook("abstract", _install_abstract, check=_check_abstract, kernel=True, doc="fake (meta) kernel for torch.compile/export; torch.library.get_ctx() works inside"))
     register_hook(Hook("setup_context", _install_setup_context, check=_check_setup_context, requires=("backward",), doc="save what backward needs: (ctx, inputs, output)"))
     register_hook(Hook("backward", _install_backward, check=_check_backward, requires=("setup_context",), doc="gradients of the inputs: (ctx, *grads)"))
     register_hook(Hook("jvp", _install_jvp, check=_check_jvp, requires=("setup_context",), doc="forward-mode AD: (ctx, *input_tangents) -> output tangent(s)"))

@@ -10,6 +10,7 @@ from typing import Any, Callable
 from . import _native
 from ._fastpath import c_entry, fast_source, functorch_lines
 from ._record import OpRecord
+from ._shield import shield
 
 _COUNTER = itertools.count()
 
@@ -29,6 +30,7 @@ def compile_function(name: str, source: str, closure: dict[str, Any], filename_h
     exec(code, {"__builtins__": __builtins__}, namespace)  # noqa: S102 - our own generated source
     fn: Callable[..., Any] = namespace["__create_fn__"](**closure)
     linecache.cache[filename] = (len(outer), None, outer.splitlines(keepends=True), filename)
+    shield(fn)  # run eagerly (after a graph break), the call is not torch.compile's to trace
     # Redefined and removed ops drop their function; their source goes with it.
     weakref.finalize(fn, linecache.cache.pop, filename, None)
     return fn

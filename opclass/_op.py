@@ -9,6 +9,7 @@ import torch
 from . import _native, _record
 from ._builder import OpBuilder
 from ._record import OpRecord
+from ._shield import shield
 
 if TYPE_CHECKING:
     from typing_extensions import Never
@@ -55,6 +56,9 @@ def _call(cls: Any, *args: Any, **kwargs: Any) -> Any:
         raise
 
 
+shield(_call)
+
+
 class OpMeta(_MetaBase):
     """Metaclass of :class:`CustomOp`: calling an op class calls the op.
 
@@ -99,6 +103,18 @@ class OpMeta(_MetaBase):
         @overload
         def __call__(cls, _abstract_op_base_has_no_kernel: Never, /) -> Never: ...
         def __call__(cls, *args: Any, **kwargs: Any) -> Any: ...
+
+    def __setattr__(cls, name: str, value: Any) -> None:
+        if name == "__call__":
+            shown = cls.__qualname__.rpartition("<locals>.")[2]
+            # torch.compile(MyOp) / torch._dynamo.disable(MyOp) treat a class as one to decorate
+            # and set its __call__, which calling an op class never reads: refuse, unchanged.
+            raise TypeError(
+                f"torch.compile({shown}) cannot compile an op class: it would set {shown}.__call__, which op "
+                f"calls never use, and the op would run uncompiled. Compile a function that calls the op "
+                f"instead, e.g. torch.compile(lambda x: {shown}(x))"
+            )
+        super().__setattr__(name, value)
 
     @property
     def record(cls) -> OpRecord:
@@ -147,7 +163,8 @@ class CustomOp(metaclass=OpMeta):
 
     Class keywords: ``name`` (``"ns::op"``, ``"ns::op.overload"``, or a bare ``"op"`` under an
     inherited ``namespace``; default: the class name in snake_case), ``namespace`` (inherited by
-    subclasses), ``mutates_args`` (names of the Tensor arguments the op writes to), ``schema`` (an
+    subclasses), ``mutates_args`` (names of the Tensor arguments the op writes to, any iterable;
+    ``"unknown"``, as in torch, marks every Tensor argument written), ``schema`` (an
     explicit schema string) and ``tags`` (``torch.Tag`` or a sequence of them).
 
     A class that defines no kernel (``cpu``, ``cuda``, ``default``, ...) is an abstract base and

@@ -10,6 +10,7 @@ the plan does not understand turns the fast path off: correct first, fast second
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import torch
@@ -123,8 +124,30 @@ def _why_off(record: OpRecord, foreign: list[Registration], kernels: Mapping[str
             return f"argument {a.name!r} of type {a.type} has no cheap guard"
     if not any("Tensor" in str(a.real_type) or str(a.real_type) == "Device" for a in arguments):
         return "no Tensor or Device argument picks the device"
+    for kernel in kernels.values():
+        mismatch = _default_mismatch(kernel, record.spec.signature)
+        if mismatch is not None:
+            return mismatch
     if any(a.name.startswith("_") for a in arguments):
         return "an argument name starts with '_', like the generated call's own names"
+    return None
+
+
+def _default_mismatch(kernel: Kernel, signature: inspect.Signature) -> str | None:
+    """Why the kernel would see other arguments from the fast path than from the dispatcher, which
+    leaves out arguments equal to their default (the kernel then uses its own default)."""
+    try:
+        own = inspect.signature(kernel.user).parameters
+    except (TypeError, ValueError):
+        return None
+    for name, p in signature.parameters.items():
+        if p.default is p.empty:
+            continue
+        mine = own.get(name)
+        schema_default = list(p.default) if type(p.default) is tuple else p.default  # as kernels get lists
+        if mine is None or mine.default is mine.empty or type(mine.default) is not type(schema_default) or mine.default != schema_default:
+            given = "no default" if mine is None or mine.default is mine.empty else f"default {mine.default!r}"
+            return f"{kernel.where} has {given} for {name!r} where the schema's is {p.default!r}"
     return None
 
 

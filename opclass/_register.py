@@ -18,8 +18,10 @@ from ._alias import check_outputs, output_is_fresh
 from ._autograd import build_autograd_functions, bump_mutated, make_autograd_kernel
 from ._plan import Registration
 from ._record import OpRecord
+from ._shield import shield
 
 _AFTER_AD_INPLACE = _C._after_ADInplaceOrView_keyset
+
 
 
 class OpLibrary(torch.library.Library):
@@ -42,6 +44,7 @@ class OpLibrary(torch.library.Library):
         self.installing: str | None = None
 
     def _releasable(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        shield(fn)
         if (getattr(fn, "__module__", None) or "").startswith("opclass.") and getattr(fn, "__closure__", None):
             self._ours.append(fn)
             return fn
@@ -51,7 +54,7 @@ class OpLibrary(torch.library.Library):
         def kernel(*args: Any, **kwargs: Any) -> Any:
             return slot[0](*args, **kwargs)
 
-        return kernel
+        return shield(kernel)
 
     def impl(self, op_name: Any, fn: Any, dispatch_key: str = "", *, with_keyset: bool = False, allow_override: bool = True) -> None:
         if callable(fn):

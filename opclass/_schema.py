@@ -50,6 +50,7 @@ SUPPORTED_TYPES: list[tuple[str, str]] = [
     ("torch.device", "Device"),
     ("torch.layout", "Layout"),
     ("torch.memory_format", "MemoryFormat"),
+    ("typing.NewType of a type above (torch.distributed's GroupName: str)", "that type's"),
     ("Optional[T] / T | None, for any T above", "T?"),
     ("list[T] / Sequence[T] / tuple[T, ...], T in Tensor, int, float, bool, Number", "T[]"),
     ("list[Optional[Tensor]]", "Tensor?[]"),
@@ -73,11 +74,12 @@ class SchemaProblem(Exception):
 def resolve_annotations(fn: Any) -> dict[str, Any]:
     """The evaluated annotations of ``fn`` (``from __future__ import annotations`` included).
 
-    Strings are evaluated in the function's module globals; names that only exist in an enclosing
-    function are found through the closure, which is how locally defined ops still work.
+    Strings are evaluated in the function's module globals, also where they are nested
+    (``list["Tensor"]``, ``Optional["Tensor"]``); names that only exist in an enclosing function
+    are found through the closure, which is how locally defined ops still work.
     """
     raw = dict(getattr(fn, "__annotations__", {}) or {})
-    if not any(isinstance(v, str) for v in raw.values()):
+    if not any(_has_string(v) for v in raw.values()):
         return raw
     namespace: dict[str, Any] = dict(vars(builtins))
     namespace.update({"Tensor": Tensor, "torch": torch, "typing": typing})
@@ -93,18 +95,38 @@ def resolve_annotations(fn: Any) -> dict[str, Any]:
                 pass
     resolved = {}
     for key, value in raw.items():
-        if isinstance(value, str):
-            try:
-                value = eval(value, namespace)  # noqa: S307 - annotations are the user's own code
-            except Exception as e:
-                who = "return" if key == "return" else key
-                raise SchemaProblem(
-                    None if key == "return" else key,
-                    f"annotation {value!r} of {who!r} cannot be evaluated ({type(e).__name__}: {e})",
-                    "import the names it uses at module level",
-                ) from None
-        resolved[key] = value
+        try:
+            resolved[key] = _evaluate(value, namespace)
+        except Exception as e:
+            who = "return" if key == "return" else key
+            raise SchemaProblem(
+                None if key == "return" else key,
+                f"annotation {value!r} of {who!r} cannot be evaluated ({type(e).__name__}: {e})",
+                "import the names it uses at module level",
+            ) from None
     return resolved
+
+
+def _has_string(ann: Any) -> bool:
+    return isinstance(ann, (str, typing.ForwardRef)) or any(_has_string(a) for a in typing.get_args(ann) if a is not Ellipsis)
+
+
+def _evaluate(ann: Any, namespace: dict[str, Any]) -> Any:
+    """``ann`` with every string in it (at the top or nested) evaluated."""
+    if isinstance(ann, str):
+        return _evaluate(eval(ann, namespace), namespace)  # noqa: S307 - annotations are the user's own code
+    if isinstance(ann, typing.ForwardRef):
+        return _evaluate(ann.__forward_arg__, namespace)
+    args = typing.get_args(ann)
+    if not any(_has_string(a) for a in args if a is not Ellipsis):
+        return ann
+    new = tuple(a if a is Ellipsis else _evaluate(a, namespace) for a in args)
+    origin = typing.get_origin(ann)
+    if origin is typing.Union or origin is types.UnionType:
+        return typing.Union[new]
+    if isinstance(ann, types.GenericAlias):
+        return types.GenericAlias(origin, new)
+    return ann.copy_with(new)
 
 
 def _optional_inner(ann: Any) -> Any:
@@ -140,6 +162,9 @@ def _element(ann: Any) -> Any:
 def _base(ann: Any) -> str | None:
     if ann in _BASE:
         return _BASE[ann]
+    if getattr(ann, "__supertype__", None) is not None:
+        # typing.NewType over a supported type, like torch.distributed's GroupName (a str).
+        return _base(ann.__supertype__)
     if _is_scalar_union(ann):
         return "Scalar"
     return None
@@ -403,6 +428,41 @@ def derive(fn: Any, mutates_args: Sequence[str], tags: Sequence[torch.Tag]) -> s
     return "(" + ", ".join(params) + ") -> " + ret
 
 
+def tensor_parameters(fn: Any) -> tuple[str, ...]:
+    """The parameters annotated with a Tensor type (what ``mutates_args="unknown"`` marks mutated)."""
+    found = []
+    for name, ann in resolve_annotations(fn).items():
+        try:
+            if name != "return" and param_type(ann).startswith("Tensor"):
+                found.append(name)
+        except SchemaProblem:
+            pass  # derive() reports it
+    return tuple(found)
+
+
+def tag_problem(schema: torch._C.FunctionSchema, tags: Sequence[torch.Tag]) -> tuple[str, str] | None:
+    """``(problem, fix)`` when an explicit schema breaks the rules of ``Tag.inplace``/``Tag.out``
+    (the same rules :func:`derive` applies to annotations)."""
+    args, returns = list(schema.arguments), list(schema.returns)
+    written = [a for a in args if a.alias_info is not None and a.alias_info.is_write]
+
+    def aliases(x: Any) -> set[str]:
+        return set(x.alias_info.before_set) if x.alias_info is not None else set()
+
+    if torch.Tag.inplace in tags:
+        first = args[0] if args and not args[0].kwarg_only else None
+        if first is None or str(first.type) != "Tensor" or [a.name for a in written] != [first.name]:
+            return "Tag.inplace needs the first parameter to be a Tensor that is the only one mutated", "write e.g. schema='(Tensor(a!) x, float k) -> Tensor(a!)'"
+        if len(returns) != 1 or str(returns[0].type) != "Tensor" or aliases(returns[0]) != aliases(first):
+            return "Tag.inplace needs the op to return its first argument", "end the schema with -> Tensor(a!), the first argument's alias"
+    if torch.Tag.out in tags:
+        if not written or any(not a.kwarg_only or str(a.type) != "Tensor" for a in written):
+            return "Tag.out needs the mutated arguments to be keyword-only Tensors", "write e.g. schema='(Tensor x, *, Tensor(a!) out) -> Tensor(a!)'"
+        if len(returns) != len(written) or any(aliases(r) != aliases(a) for r, a in zip(returns, written)):
+            return "Tag.out needs the op to return its out arguments, in order", "write the returns as their aliases, e.g. -> (Tensor(a!), Tensor(b!))"
+    return None
+
+
 def parse(qualname: str, schema: str) -> torch._C.FunctionSchema:
     """Parse ``(args) -> ret`` for the op ``ns::name[.overload]``."""
     return torch._C.parse_schema(qualname + schema)
@@ -521,6 +581,31 @@ def python_signature(schema: torch._C.FunctionSchema) -> inspect.Signature:
     returns = [_py_type(str(r.real_type)) for r in schema.returns]
     ret: Any = None if not returns else returns[0] if len(returns) == 1 else tuple[tuple(returns)]  # type: ignore[misc]
     return inspect.Signature(params, return_annotation=ret)
+
+
+def annotation_problem(fn: Any, schema: torch._C.FunctionSchema) -> str | None:
+    """For a hook annotated only in part: what it does annotate must agree with the schema."""
+    try:
+        annotations = resolve_annotations(fn)
+        arguments = {a.name: a for a in schema.arguments}
+        for name, ann in annotations.items():
+            if name in arguments:
+                got = param_type(ann)
+                if str(parse("opclass::check", f"({got} a) -> ()").arguments[0].real_type) != str(arguments[name].real_type):
+                    return f"parameter {name!r} is annotated {got}, but the op's schema says {arguments[name].real_type}"
+        if "return" in annotations:
+            got = return_type(annotations["return"])
+            if [str(r.real_type) for r in parse("opclass::check", f"() -> {got}").returns] != [str(r.real_type) for r in schema.returns]:
+                return f"the return is annotated {got}, but the op returns {str(schema).rpartition(' -> ')[2]}"
+    except SchemaProblem as e:
+        return e.problem
+    return None
+
+
+def fully_annotated(fn: Any) -> bool:
+    """Every parameter and the return annotated: the hook's annotations alone give a schema."""
+    annotations = getattr(fn, "__annotations__", None) or {}
+    return "return" in annotations and all(name in annotations for name in inspect.signature(fn).parameters)
 
 
 def kernel_signature_problem(fn: Any, schema: torch._C.FunctionSchema) -> str | None:

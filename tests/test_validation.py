@@ -550,7 +550,7 @@ def mutates_unrelated_parameter(ns: str) -> None:
             out.copy_(x)
 
 
-@case(None, "Bad: mutates_args='out' is a string, not a collection of names", "write mutates_args=('out',)")
+@case(None, "Bad: mutates_args='out' is a string, not a collection of names", "write mutates_args=('out',), or mutates_args='unknown' for every Tensor argument")
 def mutates_bare_string(ns: str) -> None:
     class Bad(CustomOp, name=f"{ns}::bad", mutates_args="out"):
         @staticmethod
