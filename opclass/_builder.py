@@ -151,7 +151,8 @@ class OpBuilder:
         if namespace is not None and (not isinstance(namespace, str) or not _IDENT.match(namespace)):
             self.fail(None, f"namespace={namespace!r} is not a valid namespace", "use a Python identifier such as 'mylib'")
         mutates = kw.get("mutates_args", ())
-        unknown = mutates == "unknown"  # torch's spelling for "may write to any Tensor argument"
+        # torch's spelling for "may write to any Tensor argument"
+        unknown = isinstance(mutates, str) and mutates == "unknown"
         if unknown:
             mutates = ()
         if isinstance(mutates, str):
