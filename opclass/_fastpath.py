@@ -18,7 +18,7 @@ Guards, in order of cost:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 import torch.autograd.forward_ad as _forward_ad
@@ -27,7 +27,7 @@ from torch import _C
 from . import _native
 from ._autograd import _Call
 from ._eager import check_differentiable
-from ._plan import FAST_DEVICES, CallPlan, config_classes
+from ._plan import FAST_DEVICES, CallPlan
 from ._record import OpRecord
 from ._returns import converter, exact_check, exact_predicate
 from ._alias import check_outputs, output_is_fresh
@@ -122,7 +122,7 @@ class _Param:
         return self.jit.startswith("Optional[")
 
 
-def _value_guard(p: _Param, configs: dict[str, type]) -> str | None:
+def _value_guard(p: _Param, configs: Mapping[str, type]) -> str | None:
     """Type guard for a non-Tensor argument; ``None`` when none can be written cheaply."""
     jit = p.jit
     if jit == "PyObject":
@@ -139,7 +139,7 @@ def _value_guard(p: _Param, configs: dict[str, type]) -> str | None:
     return f"({p.name} is None or {check})" if p.optional else check
 
 
-def has_guard(arg: Any, configs: dict[str, type]) -> bool:
+def has_guard(arg: Any, configs: Mapping[str, type]) -> bool:
     """Whether the generated code can check an argument of this schema ``Argument`` cheaply."""
     p = _Param(arg.name, str(arg.real_type), arg.kwarg_only)
     return p.tensor or p.tensor_list or _value_guard(p, configs) is not None
@@ -155,7 +155,7 @@ def fast_source(record: OpRecord, name: str, python_guard: bool = False) -> tupl
     if plan is None or plan.off is not None or record.autograd_function is None:
         return None
     params = [_Param(a.name, str(a.real_type), a.kwarg_only) for a in record.schema.arguments]
-    configs = config_classes(record)
+    configs = plan.configs
     value_guards = [_value_guard(p, configs) or "False" for p in params if not (p.tensor or p.tensor_list)]
     tensors = [p for p in params if p.tensor]
     lists = [p for p in params if p.tensor_list]

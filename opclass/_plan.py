@@ -61,6 +61,8 @@ class CallPlan:
     off: str | None
     #: Devices left to the dispatcher, and why.
     notes: tuple[str, ...] = ()
+    #: Parameter name -> config dataclass (from the kernels' annotations), for the type guards.
+    configs: Mapping[str, type] = dataclasses.field(default_factory=dict)
 
     def __str__(self) -> str:
         if self.off is not None:
@@ -95,11 +97,12 @@ def build_plan(record: OpRecord, registrations: list[Registration]) -> CallPlan:
             kernels[device] = kernel
         else:
             notes.append(f"{device} runs the kernel {_who(reached)} registered at {reached.key}")
-    off = _why_off(record, foreign, kernels)
+    configs = config_classes(record)
+    off = _why_off(record, foreign, kernels, configs)
     grad = "eager" if record.eager_autograd else "dispatcher" if spec.mutated or spec.is_out else "function"
     returns = [str(r.real_type) for r in spec.schema.returns]
     single = returns == ["Tensor"] and not spec.mutated
-    return CallPlan(kernels if not foreign else {}, autocast, grad, single, off, tuple(notes))
+    return CallPlan(kernels if not foreign else {}, autocast, grad, single, off, tuple(notes), configs)
 
 
 def _outside(*args: Any, **kwargs: Any) -> Any:
@@ -110,7 +113,7 @@ def _who(r: Registration) -> str:
     return "another Library" if r.fn is _outside else f"hook {r.hook!r}" if r.hook else "opclass"
 
 
-def _why_off(record: OpRecord, foreign: list[Registration], kernels: Mapping[str, Kernel]) -> str | None:
+def _why_off(record: OpRecord, foreign: list[Registration], kernels: Mapping[str, Kernel], configs: Mapping[str, type]) -> str | None:
     if foreign:
         return "; ".join(f"{_who(r)} registered a kernel at {r.key}" for r in foreign)
     if not kernels:
@@ -118,7 +121,6 @@ def _why_off(record: OpRecord, foreign: list[Registration], kernels: Mapping[str
     from ._fastpath import has_guard  # the guard writer knows which types it can check
 
     arguments = record.spec.schema.arguments
-    configs = config_classes(record)
     for a in arguments:
         if not has_guard(a, configs):
             return f"argument {a.name!r} of type {a.type} has no cheap guard"

@@ -8,7 +8,6 @@ guard is loaded (the class call, the Python guard's call function, ``MyOp.op``) 
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any, Callable, Iterator
 
 import pytest
@@ -19,18 +18,7 @@ import opclass
 from opclass import CustomOp, Hook
 from opclass.testing import call_paths, diff, observe
 
-def assert_paths_agree(op: Any, make: Callable[[], tuple[tuple[Any, ...], dict[str, Any]]], context: Any = None) -> dict[str, Any]:
-    """Every call path of ``op`` observes the same as ``op.op``; returns the observations."""
-    seen = {}
-    for label, fn in call_paths(op).items():
-        with context() if context is not None else contextlib.nullcontext():
-            seen[label] = observe(fn, *make())
-    *fast, reference = seen
-    for label in fast:
-        d = diff(seen[label], seen[reference])
-        assert d is None, f"{label} differs from {reference} at {d}"
-    return seen
-
+from _paths import assert_paths_agree
 
 def test_three_paths_where_the_native_guard_is_loaded(ns: str) -> None:
     class Plain(CustomOp, name=f"{ns}::plain"):

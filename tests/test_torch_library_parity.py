@@ -21,20 +21,19 @@ if torch.distributed.is_available():
     from torch.distributed.distributed_c10d import GroupName
 else:
     GroupName = None
-from opclass.testing import call_paths, diff, observe
+from opclass.testing import call_paths
+
+from _paths import assert_paths_agree as agree
 
 
 def assert_paths_agree(op: Any, *args: Any) -> dict[str, Any]:
-    """Each path gets its own copies of ``args`` (Tensors in lists included)."""
+    """Each path gets its own copies of ``args`` (Tensors in lists included); the dispatcher's
+    observation."""
 
-    def fresh() -> tuple[Any, ...]:
-        return tuple(tree_map_only(Tensor, lambda t: t.detach().clone().requires_grad_(t.requires_grad), args))
+    def fresh() -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return tuple(tree_map_only(Tensor, lambda t: t.detach().clone().requires_grad_(t.requires_grad), args)), {}
 
-    seen = {label: observe(fn, fresh(), {}) for label, fn in call_paths(op).items()}
-    *fast, reference = seen
-    for label in fast:
-        assert diff(seen[label], seen[reference]) is None, (label, diff(seen[label], seen[reference]))
-    return seen[reference]
+    return list(agree(op, fresh).values())[-1]
 
 
 # --------------------------------------------------------------------------- mutates_args

@@ -1,0 +1,22 @@
+"""Shared by test_call_plan.py and test_torch_library_parity.py: every call path of an op agrees."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable
+
+from opclass.testing import call_paths, diff, observe
+
+
+def assert_paths_agree(op: Any, make: Callable[[], tuple[tuple[Any, ...], dict[str, Any]]], context: Any = None) -> dict[str, Any]:
+    """Every path of :func:`opclass.testing.call_paths` observes the same as ``op.op``, each on
+    the inputs ``make()`` builds for it (inside ``context()`` if given); the observations by label."""
+    seen = {}
+    for label, fn in call_paths(op).items():
+        with context() if context is not None else contextlib.nullcontext():
+            seen[label] = observe(fn, *make())
+    *fast, reference = seen
+    for label in fast:
+        d = diff(seen[label], seen[reference])
+        assert d is None, f"{label} differs from {reference} at {d}"
+    return seen
