@@ -1,7 +1,8 @@
-"""A custom op whose kernel runs NumPy code, with an autograd formula.
+"""A custom op whose kernel runs NumPy code, with an autograd formula: the README's op, as a script.
 
-``NumpySin`` becomes the operator ``ex_numpy::numpy_sin``. PyTorch cannot look inside NumPy,
-so the class gives everything the op needs to work with the rest of PyTorch:
+``NumpySin`` becomes the operator ``ex_numpy::numpy_sin`` (``examples/quickstart.py`` checks it).
+PyTorch cannot look inside NumPy, so the class gives everything the op needs to work with the rest
+of PyTorch:
 
 * ``cpu``: the kernel, called on CPU tensors;
 * ``abstract``: the fake kernel (output shape/dtype only) used by torch.compile and torch.export;

@@ -1,4 +1,9 @@
-"""opclass quickstart: define an op as a class, then call it eagerly, with grad, compiled, and check it.
+"""opclass quickstart: the README's op, called eagerly, with grad, compiled, and checked.
+
+The op is ``NumpySin`` from ``examples/numpy_sin.py``, the README's walk-through as a script.
+This script prints one line per check, and shows the error a misspelled hook gets when the class
+is created. For what a call costs, run ``python -m opclass.benchmark`` (it takes repeated timings
+and reports medians).
 
 Run: ``python examples/quickstart.py``
 """
@@ -6,44 +11,23 @@ Run: ``python examples/quickstart.py``
 from __future__ import annotations
 
 import time
+from typing import Callable
 
-import numpy as np
 import torch
+from numpy_sin import NumpySin  # examples/numpy_sin.py: the script's directory is on sys.path
 from torch import Tensor
 
 import opclass
 from opclass import CustomOp
 
 
-class NumpySin(CustomOp, name="quickstart::numpy_sin"):
-    """sin(x) computed by NumPy: opaque to torch.compile, differentiable through `backward`."""
-
-    @staticmethod
-    def cpu(x: Tensor) -> Tensor:
-        return torch.from_numpy(np.sin(x.numpy()))
-
-    @staticmethod
-    def abstract(x: Tensor) -> Tensor:
-        return torch.empty_like(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output) -> None:
-        (x,) = inputs
-        ctx.save_for_backward(x)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> Tensor:
-        (x,) = ctx.saved_tensors
-        return grad * x.cos()
-
-
-def _check(name: str, fn) -> tuple[str, str, str]:
+def _check(name: str, fn: Callable[[], str]) -> tuple[str, str, str]:
     start = time.perf_counter()
     try:
         detail = fn()
         status = "ok"
     except Exception as e:  # the table reports failures instead of stopping at the first
-        detail, status = f"{type(e).__name__}: {e}"[:60], "FAILED"
+        detail, status = f"{type(e).__name__}: {e}"[:100], "FAILED"
     return name, status, f"{detail} ({(time.perf_counter() - start) * 1e3:.0f} ms)"
 
 
@@ -52,7 +36,7 @@ def main() -> int:
 
     def eager() -> str:
         torch.testing.assert_close(NumpySin(x), x.sin())
-        torch.testing.assert_close(torch.ops.quickstart.numpy_sin(x), x.sin())
+        torch.testing.assert_close(torch.ops.ex_numpy.numpy_sin(x), x.sin())
         return f"schema {NumpySin.qualname}{NumpySin.schema}"
 
     def grad() -> str:
@@ -71,14 +55,33 @@ def main() -> int:
         results = torch.library.opcheck(NumpySin.op, (x.clone().requires_grad_(),))
         return ", ".join(k.removeprefix("test_") for k, v in results.items() if v == "SUCCESS")
 
-    def speed() -> str:
-        from opclass.benchmark import run, targets
+    def definition() -> str:
+        try:
 
-        rows = run(min_run_time=0.05, counts=(14,))
-        ratio = next(t["ratio"] for t in targets(rows) if t["target"] == "14 args: no-grad / direct")
-        return f"14-arg call costs {ratio:.2f}x a direct call ({opclass.guard_backend()} guard)"
+            class Bad(CustomOp, name="quickstart::bad"):
+                @staticmethod
+                def cpu(x: Tensor) -> Tensor:
+                    return x.sin()
 
-    checks = (("eager", eager), ("grad", grad), ("torch.compile", compiled), ("opcheck", opcheck), ("speed", speed))
+                @staticmethod
+                def abstarct(x: Tensor) -> Tensor:  # misspelled: custom_op would not notice
+                    return torch.empty_like(x)
+
+        except opclass.OpDefinitionError as e:
+            return f"caught at class creation: {e}"
+        raise AssertionError("the misspelled hook was accepted")
+
+    def guard() -> str:
+        return f"{opclass.guard_backend()} (per-call cost: python -m opclass.benchmark)"
+
+    checks = (
+        ("eager", eager),
+        ("grad", grad),
+        ("torch.compile", compiled),
+        ("opcheck", opcheck),
+        ("definition", definition),
+        ("guard", guard),
+    )
     rows = [_check(n, f) for n, f in checks]
     width = max(len(r[0]) for r in rows)
     print(f"{'check':<{width}}  status  detail")

@@ -1,15 +1,23 @@
-"""The documentation runs: every ```python block in docs/, and every docstring example in opclass/.
+"""The documentation runs: every ```python block in docs/ and the README, and every docstring example
+in opclass/.
 
 Blocks of one Markdown file share one namespace and run in order, so a page reads (and runs) top
-to bottom. Blocks fenced ```text are shown, never run.
+to bottom. Blocks fenced ```text are shown, never run. A ```python block followed directly by a
+```pytb block shows a mistake and the error it gets: the python block must raise, and the exception
+as Python prints it must match the pytb block (after its ``Traceback ...`` and ``  ...`` lines;
+``...`` matches any text, as in doctest), so the error text a page shows cannot go stale.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import doctest
 import importlib
 import pkgutil
 import re
+import subprocess
+import sys
+import traceback
 import types
 from pathlib import Path
 
@@ -24,12 +32,22 @@ DOC_FILES = sorted(DOCS.rglob("*.md"))
 MODULES = [opclass] + [importlib.import_module(f"opclass.{m.name}") for m in pkgutil.iter_modules(opclass.__path__)]
 
 
-def python_blocks(path: Path) -> list[tuple[int, str]]:
-    """``(first line number, source)`` of each ```python block of ``path``, in order."""
-    blocks: list[tuple[int, str]] = []
+@dataclasses.dataclass(frozen=True)
+class Block:
+    """One ```python block: its first line number, its source, and the error it must raise, if any."""
+
+    line: int
+    source: str
+    raises: str | None = None
+
+
+def python_blocks(path: Path) -> list[Block]:
+    """The ```python blocks of ``path``, in order, each with the text of a ```pytb block right after it."""
+    blocks: list[Block] = []
     lines = path.read_text(encoding="utf-8").splitlines()
     start: int | None = None
     fence = ""
+    previous: tuple[str, int] = ("", -1)  # the last closed block's fence and closing line
     for i, line in enumerate(lines):
         stripped = line.strip()
         if start is None:
@@ -37,11 +55,48 @@ def python_blocks(path: Path) -> list[tuple[int, str]]:
                 fence = stripped[3:].strip()
                 start = i + 1
         elif stripped == "```":
+            body = "\n".join(lines[start:i]) + "\n"
             if fence == "python":
-                blocks.append((start, "\n".join(lines[start:i]) + "\n"))
+                blocks.append(Block(start, body))
+            elif fence == "pytb":
+                adjacent = previous[0] == "python" and all(not s.strip() for s in lines[previous[1] + 1 : start - 1])
+                assert adjacent, f"{path}:{start}: a pytb block must follow the python block that raises it"
+                blocks[-1] = dataclasses.replace(blocks[-1], raises=expected_error(body))
+            previous = (fence, i)
             start = None
     assert start is None, f"{path}: unclosed code fence opened at line {start}"
     return blocks
+
+
+def expected_error(pytb: str) -> str:
+    """The exception lines of a ```pytb block: what follows its ``Traceback`` header and ``  ...``."""
+    lines = pytb.splitlines()
+    if lines and lines[0].startswith("Traceback (most recent call last):"):
+        lines = lines[lines.index("  ...") + 1 :]
+    return "\n".join(lines) + "\n"
+
+
+def error_matches(expected: str, exc: BaseException) -> bool:
+    """``exc`` as Python prints its last line(s) matches ``expected`` (``...`` matches anything)."""
+    got = "".join(traceback.format_exception_only(type(exc), exc))
+    return doctest.OutputChecker().check_output(expected, got, doctest.ELLIPSIS)
+
+
+def run_blocks(path: Path, blocks: list[Block], namespace: dict[str, object]) -> None:
+    """Run ``blocks`` in order in ``namespace``; a block with ``raises`` must raise that error."""
+    for block in blocks:
+        # Pad with blank lines so tracebacks point at the right line of the .md file.
+        code = compile("\n" * block.line + block.source, str(path), "exec", dont_inherit=True)
+        if block.raises is None:
+            exec(code, namespace)  # noqa: S102 - our own documentation
+            continue
+        try:
+            exec(code, namespace)  # noqa: S102
+        except Exception as e:  # noqa: BLE001 - any exception; its text is what is checked
+            got = "".join(traceback.format_exception_only(type(e), e))
+            assert error_matches(block.raises, e), f"{path}:{block.line}: the page shows\n{block.raises}but the block raised\n{got}"
+        else:
+            raise AssertionError(f"{path}:{block.line}: the block should raise\n{block.raises}but raised nothing")
 
 
 def test_docs_exist() -> None:
@@ -53,10 +108,7 @@ def test_doc_file(path: Path) -> None:
     """Run the file's python blocks in one fresh namespace; they must leave no op behind."""
     before = set(_record._LIVE)
     namespace: dict[str, object] = {"__name__": f"docs_{path.stem.replace('-', '_')}"}
-    for start, source in python_blocks(path):
-        # Pad with blank lines so tracebacks point at the right line of the .md file.
-        code = compile("\n" * start + source, str(path), "exec", dont_inherit=True)
-        exec(code, namespace)  # noqa: S102 - our own documentation
+    run_blocks(path, python_blocks(path), namespace)
     leaked = set(_record._LIVE) - before
     assert not leaked, f"{path.name} leaves ops defined: {sorted(leaked)}; end it with opclass.remove_namespace(...)"
 
@@ -73,3 +125,29 @@ def test_hooks_table_lists_every_hook() -> None:
     rows = re.findall(r"^\| `([a-z_]+)` \|", text, flags=re.MULTILINE)
     builtin = [name for name, hook in opclass.hooks().items() if hook.install.__module__.startswith("opclass.")]
     assert rows == builtin, (rows, builtin)
+
+
+def test_readme_blocks_run() -> None:
+    """Each ```python block of the README runs on its own (the custom_op and opclass forms of one op)."""
+    blocks = python_blocks(ROOT / "README.md")
+    assert len(blocks) >= 2
+    for block in blocks:
+        proc = subprocess.run([sys.executable, "-c", block.source], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, f"README.md:{block.line}\n{proc.stderr}"
+
+
+def test_error_blocks_are_checked(tmp_path: Path) -> None:
+    """A pytb block is compared with what its python block raises: wrong text or no error fails."""
+    page = tmp_path / "page.md"
+    shown = "```python\nint('x')\n```\n\n```pytb\nTraceback (most recent call last):\n  ...\n{}\n```\n"
+    page.write_text(shown.format("ValueError: invalid literal for int() with base 10: ..."), encoding="utf-8")
+    run_blocks(page, python_blocks(page), {})
+    page.write_text(shown.format("ValueError: something else"), encoding="utf-8")
+    with pytest.raises(AssertionError, match="the page shows"):
+        run_blocks(page, python_blocks(page), {})
+    page.write_text(shown.format("ValueError: ...").replace("int('x')", "int('1')"), encoding="utf-8")
+    with pytest.raises(AssertionError, match="raised nothing"):
+        run_blocks(page, python_blocks(page), {})
+    page.write_text("```text\nx\n```\n\n```pytb\nValueError: x\n```\n", encoding="utf-8")
+    with pytest.raises(AssertionError, match="must follow the python block"):
+        python_blocks(page)
