@@ -27,19 +27,27 @@ class OpSpec:
 
     #: ``"ns::name"`` or ``"ns::name.overload"``.
     qualname: str
+    #: The op's namespace, the ``ns`` of ``torch.ops.ns.name``.
     namespace: str
+    #: The op's name within its namespace, without the overload.
     name: str
+    #: The overload name (``""`` for the default overload).
     overload: str
     #: The schema without the name, e.g. ``"(Tensor x) -> Tensor"``.
     schema_str: str
+    #: The parsed schema, as ``torch.ops.ns.name.default._schema`` has it.
     schema: torch._C.FunctionSchema
+    #: The kernels' Python signature (parameters, defaults, keyword-only markers), used to bind calls.
     signature: inspect.Signature
+    #: The ``torch.Tag`` values of the class's ``tags=`` keyword.
     tags: tuple[torch.Tag, ...]
-    #: Each defined hook's raw value (an extension finds its own: ``record.hooks["inverse"]``).
+    #: Each defined hook's raw value by hook name; an extension finds its own as ``record.hooks["inverse"]``.
     hooks: dict[str, Any]
+    #: The defining class's ``__name__``, as error messages name it.
     cls_name: str
-    #: Positions (in schema order) and names of the arguments the op writes to.
+    #: Positions (in schema order) of the arguments the op writes to.
     mutated: tuple[int, ...] = ()
+    #: Names of the arguments the op writes to, in the order of ``mutated``.
     mutated_names: tuple[str, ...] = ()
 
     @property
@@ -101,20 +109,25 @@ class OpRecord(OpSpec):
         super().__init__(**{f.name: getattr(spec, f.name) for f in dataclasses.fields(OpSpec)})
         #: What the class defines, for a later fresh install (a restore after a failed redefinition).
         self.spec = spec
-        self.lib: Any = None  # the op's OpLibrary fragment (None once destroyed)
+        #: The op's ``torch.library`` fragment, which every registration goes through (``None`` once destroyed).
+        self.lib: Any = None
+        #: The ``OpOverload``, ``torch.ops.ns.name.overload`` (``None`` once removed).
         self.op: torch._ops.OpOverload | None = None
-        #: Backend kernels by device type (``None``: ``default``), as device hooks install them.
+        #: Backend kernels by device type, as device hooks install them; the key ``None`` holds ``default``.
         self.kernels: dict[str | None, Kernel] = {}
+        #: The ``abstract`` hook, the fake kernel for FakeTensor tracing, or ``None`` when there is none.
         self.fake: Callable[..., Any] | None = None
+        #: The autograd formula's ``setup_context``, always called as ``(ctx, inputs, keyword_only_inputs, output)``.
         self.setup_context: Callable[..., Any] | None = None
+        #: The autograd formula's ``backward(ctx, *grads)``, or ``None`` when the op has no formula.
         self.backward: Callable[..., Any] | None = None
         #: The user's forward-mode formula ``jvp(ctx, *input_tangents)``, if any.
         self.jvp: Callable[..., Any] | None = None
         #: The op's call under torch.func transforms (applies the autograd.Function from Python).
         self.functorch_entry: Callable[..., Any] | None = None
-        #: ``eager_autograd = True``: eager autograd differentiates through the kernel itself.
+        #: True for ``eager_autograd = True`` ops, whose eager autograd differentiates through the kernel itself.
         self.eager_autograd = False
-        #: The ``samples()`` hook: representative inputs for :mod:`opclass.testing` (metadata only).
+        #: The ``samples()`` hook, representative inputs for :mod:`opclass.testing` (metadata only).
         self.samples: Callable[..., Any] | None = None
         #: The autograd.Function the Autograd kernel applies when grad is needed.
         self.autograd_function: type[torch.autograd.Function] | None = None
@@ -122,6 +135,7 @@ class OpRecord(OpSpec):
         self.fast_functions: dict[str, type[torch.autograd.Function]] = {}
         #: What a plain eager call may do without the dispatcher (see :mod:`opclass._plan`).
         self.plan: CallPlan | None = None
+        #: True while this install is the op's current one (False once replaced or removed).
         self.live = False
         #: Weak reference to the class that defined the op.
         self.owner: Callable[[], Any] | None = None

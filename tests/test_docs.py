@@ -22,6 +22,7 @@ import types
 from pathlib import Path
 
 import pytest
+import torch
 
 import opclass
 from opclass import _record
@@ -151,3 +152,17 @@ def test_error_blocks_are_checked(tmp_path: Path) -> None:
     page.write_text("```text\nx\n```\n\n```pytb\nValueError: x\n```\n", encoding="utf-8")
     with pytest.raises(AssertionError, match="must follow the python block"):
         python_blocks(page)
+
+
+def test_op_record_fields_are_documented(ns: str) -> None:
+    """Every field of ``MyOp.record`` has a ``#:`` description, which the API page renders."""
+    from sphinx.pycode import ModuleAnalyzer
+
+    class Neg(opclass.CustomOp, name=f"{ns}::neg"):
+        @staticmethod
+        def default(x: torch.Tensor) -> torch.Tensor:
+            return -x
+
+    described = {name for (cls, name), lines in ModuleAnalyzer.for_module("opclass._record").find_attr_docs().items() if cls in ("OpSpec", "OpRecord") and "".join(lines).strip()}
+    fields = {f.name for f in dataclasses.fields(_record.OpSpec)} | set(vars(Neg.record))
+    assert fields - described == set()
