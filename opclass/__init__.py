@@ -12,15 +12,17 @@ Example:
     >>> opclass.remove(DocsAddOne)
 """
 
-from ._builtin import DEVICE_TYPES, device_hook, register_builtin_hooks
-from ._native import guard_backend, guard_info
-from ._hooks import Hook, HookContext, hooks, register_hook, unregister_hook
-from ._op import CustomOp, OpMeta
-from ._record import OpRecord, remove, remove_namespace
-from ._schema import SUPPORTED_TYPES
-from .errors import OpDefinitionError
+from typing import TYPE_CHECKING
 
-register_builtin_hooks()
+if TYPE_CHECKING:
+    from ._builtin import device_hook
+    from ._hooks import Hook, HookContext, hooks, register_hook, unregister_hook
+    from ._names import DEVICE_TYPES
+    from ._native import guard_backend, guard_info
+    from ._op import CustomOp, OpMeta
+    from ._record import OpRecord, remove, remove_namespace
+    from ._schema import SUPPORTED_TYPES
+    from .errors import OpDefinitionError
 
 __all__ = [
     "CustomOp",
@@ -41,3 +43,20 @@ __all__ = [
     "unregister_hook",
 ]
 __version__ = "0.1.0"
+
+if not TYPE_CHECKING:
+    # The public names come with torch; opclass.mypy, imported by every mypy run, must not pay
+    # for it. The first public name used imports them all (_public.py), as importing opclass
+    # once did. Type checkers see the imports above instead, and no __getattr__ that would make
+    # every misspelt attribute of opclass pass.
+
+    def __getattr__(name):
+        if name not in __all__:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        from . import _public
+
+        globals().update((n, getattr(_public, n)) for n in __all__)
+        return globals()[name]
+
+    def __dir__():
+        return sorted({*globals(), *__all__})

@@ -18,6 +18,7 @@ import torch
 from . import _record, _register, _schema
 from ._codegen import install_call
 from ._hooks import Hook, HookContext, hooks
+from ._names import CLASS_KEYWORDS as _CLASS_KEYWORDS
 from ._plan import build_plan
 from ._record import OpRecord, OpSpec
 from .errors import OpDefinitionError, did_you_mean, formatdef
@@ -57,7 +58,6 @@ def _snake_case(name: str) -> str:
     return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
 
 
-_CLASS_KEYWORDS = ("name", "namespace", "mutates_args", "schema", "tags")
 _KEYWORD_ALIASES = {"mutates": "mutates_args", "mutable_args": "mutates_args", "mutated_args": "mutates_args", "tag": "tags", "ns": "namespace", "op_name": "name"}
 
 

@@ -17,10 +17,8 @@ from ._record import Kernel, OpRecord
 from ._shield import shield
 from ._register import checked_kernel
 from ._sharding import sharding_hook
+from ._names import DEVICE_TYPES
 from .errors import formatdef
-
-#: Device types that get a kernel hook of their own name (``def cuda(...)``).
-DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "hpu", "mtia", "xla", "ipu", "maia", "hip", "privateuseone")
 
 
 def device_hook(device_type: str | None) -> Hook:

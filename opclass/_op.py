@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, overload
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable
 
 import torch
 
@@ -75,34 +75,9 @@ class OpMeta(_MetaBase):
 
     if TYPE_CHECKING:
         # pyright: the call has the signature of the class's first kernel (see _typing.py).
-        # mypy ignores a metaclass __call__; opclass.mypy gives each op class a __new__ instead.
-        @overload
-        def __call__(cls: type[_t.HasDefault[_t.P, _t.R]], *args: _t.P.args, **kwargs: _t.P.kwargs) -> _t.R: ...
-        @overload
-        def __call__(cls: type[_t.HasCpu[_t.P, _t.R]], *args: _t.P.args, **kwargs: _t.P.kwargs) -> _t.R: ...
-        @overload
-        def __call__(cls: type[_t.HasCuda[_t.P, _t.R]], *args: _t.P.args, **kwargs: _t.P.kwargs) -> _t.R: ...
-        @overload
-        def __call__(cls: type[_t.HasMps[_t.P, _t.R]], *args: _t.P.args, **kwargs: _t.P.kwargs) -> _t.R: ...
-        @overload
-        def __call__(cls: type[_t.HasXpu[_t.P, _t.R]], *args: _t.P.args, **kwargs: _t.P.kwargs) -> _t.R: ...
-        @overload
-        def __call__(cls: type[_t.HasHpu[_t.P, _t.R]], *args: _t.P.args, **kwargs: _t.P.kwargs) -> _t.R: ...
-        @overload
-        def __call__(cls: type[_t.HasMtia[_t.P, _t.R]], *args: _t.P.args, **kwargs: _t.P.kwargs) -> _t.R: ...
-        @overload
-        def __call__(cls: type[_t.HasXla[_t.P, _t.R]], *args: _t.P.args, **kwargs: _t.P.kwargs) -> _t.R: ...
-        @overload
-        def __call__(cls: type[_t.HasIpu[_t.P, _t.R]], *args: _t.P.args, **kwargs: _t.P.kwargs) -> _t.R: ...
-        @overload
-        def __call__(cls: type[_t.HasMaia[_t.P, _t.R]], *args: _t.P.args, **kwargs: _t.P.kwargs) -> _t.R: ...
-        @overload
-        def __call__(cls: type[_t.HasHip[_t.P, _t.R]], *args: _t.P.args, **kwargs: _t.P.kwargs) -> _t.R: ...
-        @overload
-        def __call__(cls: type[_t.HasPrivateuseone[_t.P, _t.R]], *args: _t.P.args, **kwargs: _t.P.kwargs) -> _t.R: ...
-        @overload
-        def __call__(cls, _abstract_op_base_has_no_kernel: Never, /) -> Never: ...
-        def __call__(cls, *args: Any, **kwargs: Any) -> Any: ...
+        # mypy ignores a metaclass __call__ (opclass.mypy gives each op class a __new__ instead),
+        # and rejects a union as the type of cls, which pyright needs.
+        def __call__(cls: _t.Kernel[_t.P, _t.R], *args: _t.P.args, **kwargs: _t.P.kwargs) -> _t.R: ...  # type: ignore[misc]
 
     def __setattr__(cls, name: str, value: Any) -> None:
         if name == "__call__":
@@ -193,6 +168,12 @@ class CustomOp(metaclass=OpMeta):
     #: The native class call's plain-eager entry for simple ops (see _fastpath.c_entry).
     _opclass_fast: ClassVar[tuple[Any, ...] | None] = None
     _opclass_keywords: ClassVar[dict[str, Any]] = {}
+
+    if TYPE_CHECKING:
+        # Type checkers only (pyright): what an abstract op base (no kernel) is called with. The
+        # last member of _typing.Kernel matches it, so calling such a class is an error naming this.
+        @staticmethod
+        def _abstract_op_base_has_no_kernel(_abstract_op_base_has_no_kernel: Never, /) -> Never: ...
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         # Eager calls go through OpMeta.__call__ and never get here. torch.compile ignores a

@@ -50,8 +50,7 @@ from mypy.semanal_shared import has_placeholder
 from mypy.types import AnyType, CallableType, FunctionLike, NoneType, TupleType, Type, TypeOfAny, TypeType, UnionType
 from mypy.typevars import fill_typevars
 
-from ._builder import _CLASS_KEYWORDS
-from ._builtin import DEVICE_TYPES
+from ._names import CLASS_KEYWORDS as _CLASS_KEYWORDS, DEVICE_TYPES
 
 __all__ = ["plugin", "OpclassPlugin"]
 

@@ -74,7 +74,8 @@ def run_mypy(cases: Path, config: Path, cache: Path) -> tuple[Diagnostics, str]:
 
 
 def mypy_config(tmp_path: Path, plugin: bool) -> Path:
-    # mypy_path: an editable install (as in CI) is invisible to mypy; an installed package is not.
+    # mypy_path: this checkout, which need not be the one installed in the running environment
+    # (tests/test_typing_install.py checks the installed one, with no mypy_path).
     config = tmp_path / ("mypy-plugin.ini" if plugin else "mypy-bare.ini")
     config.write_text(
         "[mypy]\n"

@@ -15,13 +15,13 @@ x = torch.ones(3)
 # P: error: Argument of type "Literal['a']" cannot be assigned to parameter "factor" of type "float" in function "__call__"  [reportArgumentType]
 Scale(x, "a")
 # M: error: Too many positional arguments for "Scale"  [call-arg]
-# P: error: No overloads for "__call__" match the provided arguments  [reportCallIssue]
+# P: error: Expected 2 positional arguments  [reportCallIssue]
 Scale(x, 1.0, x)
 # M: error: Unexpected keyword argument "bais" for "Scale"  [call-arg]
-# P: error: No overloads for "__call__" match the provided arguments  [reportCallIssue]
+# P: error: No parameter named "bais"  [reportCallIssue]
 Scale(x, bais=x)
 # M: error: Missing positional argument "x" in call to "Scale"  [call-arg]
-# P: error: No overloads for "__call__" match the provided arguments  [reportCallIssue]
+# P: error: Argument missing for parameter "x"  [reportCallIssue]
 Scale()
 # M: error: Argument "bias" to "Scale" has incompatible type "int"; expected "Tensor | None"  [arg-type]
 # P: error: Argument of type "Literal[1]" cannot be assigned to parameter "bias" of type "Tensor | None" in function "__call__"  [reportArgumentType]
