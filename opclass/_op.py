@@ -8,6 +8,7 @@ import torch
 
 from . import _native, _record
 from ._builder import OpBuilder
+from ._builtin import register_builtin_hooks
 from ._record import OpRecord
 from ._shield import shield
 
@@ -280,3 +281,8 @@ class CustomOp(metaclass=OpMeta):
             ``opcheck``, ``gradcheck`` and the fast-path check on them.
             """
             raise NotImplementedError
+
+
+# Here, not in the package's __init__ (which imports nothing, for opclass.mypy): any op class needs
+# this module, so the built-in hooks are registered, first, whichever way opclass is entered.
+register_builtin_hooks()

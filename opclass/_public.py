@@ -1,7 +1,6 @@
 """Every public name of opclass, imported together; ``opclass/__init__.py`` re-exports them.
 
-They come with torch and with the built-in hooks registered in the hook registry (the order of
-registration is the order hooks install, so the built-in ones go first). ``opclass`` imports this
+They come with torch; importing ``_op`` registers the built-in hooks. ``opclass`` imports this
 module when a public name is first used, not when ``opclass`` itself is imported, so that
 ``import opclass.mypy`` (which mypy does in every run) does not import torch.
 
@@ -13,7 +12,7 @@ Example:
 
 from __future__ import annotations
 
-from ._builtin import device_hook, register_builtin_hooks
+from ._builtin import device_hook
 from ._hooks import Hook, HookContext, hooks, register_hook, unregister_hook
 from ._names import DEVICE_TYPES
 from ._native import guard_backend, guard_info
@@ -22,7 +21,6 @@ from ._record import OpRecord, remove, remove_namespace
 from ._schema import SUPPORTED_TYPES
 from .errors import OpDefinitionError
 
-register_builtin_hooks()
 
 __all__ = [
     "CustomOp",
