@@ -57,7 +57,7 @@ def build_autograd_functions(record: OpRecord) -> tuple[type[torch.autograd.Func
     fresh_outputs = len(schema.returns) > 0 and not record.mutated
     is_fresh = output_is_fresh()
     below = call_below_autograd()
-    convert = converter(qualname, schema)
+    convert = converter(schema)
     is_exact = exact_predicate(schema)
     # Only a Tensor-returning op's fresh Tensor is final: everything else is finished.
     single_tensor = record.plan is not None and record.plan.single_tensor
@@ -88,9 +88,8 @@ def build_autograd_functions(record: OpRecord) -> tuple[type[torch.autograd.Func
         args = flat[: call.n_args]
         kwargs = dict(zip(call.kw_names, flat[call.n_args : -1]))
         if call.kernel is not None:  # the fast path, for ops with keyword-only arguments
-            out = below(call.kernel, *args, **kwargs)  # the checked kernel: outputs already checked
-            if not is_exact(out):
-                out = convert(out)
+            # The checked kernel: outputs already checked and converted.
+            out = below(call.kernel, *args, **kwargs)
         elif call.keyset is None:
             # Under torch.func: the level above was just taken care of; the op meets the
             # levels below (or none) afresh.
@@ -151,10 +150,10 @@ def build_autograd_functions(record: OpRecord) -> tuple[type[torch.autograd.Func
             # The kernel sees what it sees on the dispatcher path: autograd below it.
             out = below(kernel, *args)
             if not is_fresh(out) or not single_tensor:
+                if not is_exact(out):
+                    out = convert(where, out)
                 if fresh_outputs and not is_fresh(out):
                     check_outputs(where, len(schema.returns), args, {}, out)
-                if not is_exact(out):
-                    out = convert(out)
             if user_setup is not None:
                 if setup_kw:
                     user_setup(ctx, args, {}, out)
@@ -299,14 +298,19 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
     assert record.plan is not None
     # The native guard's codes (1 cpu, 2 cuda) and the plan's kernel for each.
     codes = {code: k for code, k in ((1, record.plan.kernels.get("cpu")), (2, record.plan.kernels.get("cuda"))) if k is not None}
-    by_code = {code: k.checked for code, k in codes.items()}
+    # Ops returning nothing: the user's kernel (no wrapper frame), its result checked below.
+    nothing = not record.schema.returns
+    by_code = {code: k.user if nothing else k.checked for code, k in codes.items()}
+    wheres = {code: k.where for code, k in codes.items()}
     is_fresh = output_is_fresh()
     n_returns = len(record.schema.returns)
     # Functional ops: the user's kernel and an inline output check (one frame less).
     user_by_code = {code: (k.user, k.where) for code, k in codes.items()} if n_returns and not record.mutated else {}
 
-    convert = converter(record.qualname, record.schema)
+    convert = converter(record.schema)
     is_exact = exact_predicate(record.schema)
+    # Only where the op returns one Tensor does a fresh result need nothing more.
+    several = [str(r.real_type) for r in record.schema.returns] != ["Tensor"]
     # _any_requires_grad does not look into lists holding None; the guards do.
     optional_lists = [i for i, a in enumerate(record.schema.arguments) if str(a.real_type) == "List[Optional[Tensor]]" and not a.kwarg_only]
 
@@ -329,18 +333,19 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
             user = user_by_code.get(code)
             if user is not None:
                 out = user[0](*args)
-                if not is_fresh(out):
+                if several or not is_fresh(out):
+                    if not is_exact(out):
+                        out = convert(user[1], out)
                     check_outputs(user[1], n_returns, args, kwargs, out)
                 return out
             kernel = by_code.get(code)
             if kernel is not None:
+                # The checked kernel converts (or fails) before the bump, as the dispatcher would.
                 out = kernel(*args)
-                if bump_positions:
-                    # Convert (or fail) before bumping, as when the dispatcher runs the kernel.
-                    if not is_exact(out):
-                        out = convert(out)
-                    if not _C._dispatch_tls_is_dispatch_key_excluded(_ADIV):
-                        bump_mutated(bump, args, kwargs, bump_positions, bump_names)
+                if nothing and out is not None:
+                    convert(wheres[code], out)  # raises, naming the op and the hook
+                if bump_positions and not _C._dispatch_tls_is_dispatch_key_excluded(_ADIV):
+                    bump_mutated(bump, args, kwargs, bump_positions, bump_names)
                 return out
             if code & 4 and functional:
                 return apply(*args, _Call(keyset, len(args), ()))
@@ -364,12 +369,9 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
         if kernel is None:
             with _C._AutoDispatchBelowAutograd():
                 return record.op.redispatch(keyset & _AFTER_AUTOGRAD, *args, **kwargs)  # type: ignore[union-attr]
-        out = kernel(*args, **kwargs)
-        if bump_positions or bump_names:
-            if not is_exact(out):
-                out = convert(out)
-            if not _C._dispatch_tls_is_dispatch_key_excluded(_ADIV):
-                bump_mutated(bump, args, kwargs, bump_positions, bump_names)
+        out = kernel(*args, **kwargs)  # the checked kernel: converted (or failed) before the bump
+        if (bump_positions or bump_names) and not _C._dispatch_tls_is_dispatch_key_excluded(_ADIV):
+            bump_mutated(bump, args, kwargs, bump_positions, bump_names)
         return out
 
     return autograd_kernel

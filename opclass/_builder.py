@@ -9,7 +9,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import os
 import re
+import sys
+import warnings
 import weakref
 from typing import Any, Iterable, Mapping
 
@@ -360,9 +363,29 @@ class OpBuilder:
             record.owner = weakref.ref(self.cls)
             self.cls._opclass_record = record  # type: ignore[attr-defined]
             install_call(record, self.cls)
+        if old is not None:
+            # Once replaced (a failed definition replaces nothing), outside the lock.
+            self.warn_if_other_owner(old)
         self.cls.__signature__ = spec.signature  # type: ignore[attr-defined]
         doc = (self.cls.__dict__.get("__doc__") or "").rstrip()
         self.cls.__doc__ = (doc + "\n\n" if doc else "") + f"Operator ``{spec.qualname}``: ``{spec.schema_str}``"
+
+    def warn_if_other_owner(self, old: OpRecord) -> None:
+        """Warn when a *different* class takes over a name (two ops sharing ``name=`` by
+        mistake); a class redefined (same module and qualified name: a notebook cell run
+        again, a reloaded module) replaces its op silently."""
+        owner = old.owner() if old.owner is not None else None
+        if owner is None or owner is self.cls:
+            return
+        before, now = _class_path(owner), _class_path(self.cls)
+        if before == now:
+            return
+        warnings.warn(
+            f"{now} replaces the op {old.qualname} defined by {before}: two classes give the same name. "
+            f"Give one of them another name= (or call opclass.remove({owner.__name__}) first if replacing it is intended).",
+            UserWarning,
+            stacklevel=_user_stacklevel(),
+        )
 
     # ------------------------------------------------------------------ driver
 
@@ -411,6 +434,19 @@ def install(spec: OpSpec) -> OpRecord:
         _record.destroy(record)
         raise
     return record
+
+
+def _class_path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside opclass (the class statement)."""
+    here = os.path.dirname(__file__)
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(here):
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level
 
 
 def _unwrap(raw: Any) -> Any:

@@ -10,7 +10,7 @@ from typing import Any, Callable
 import torch
 from torch import _C
 
-from . import _eager
+from . import _debug, _eager
 from ._alias import check_arity
 from ._hooks import Hook, HookContext, positional_count as _positional_count, register_hook
 from ._record import Kernel, OpRecord
@@ -43,6 +43,8 @@ def device_hook(device_type: str | None) -> Hook:
         name = device_type
 
     def install(record: OpRecord, fn: Callable[..., Any]) -> None:
+        if _debug.enabled():  # decided here, once: an op defined without it pays nothing
+            fn = _debug.checking_writes(record, name, fn)
         # shield: the fast path calls fn itself, with no registered wrapper around it.
         kernel = Kernel(name, shield(fn), checked_kernel(record, name, fn), f"{record.qualname} ({record.cls_name}.{name})")
         record.kernels[device_type] = kernel
@@ -135,10 +137,16 @@ def _check_backward(fn: Any, ctx: HookContext) -> None:
     n = _positional_count(fn)
     outputs = len(ctx.schema.returns)
     if n is not None and n != 1 + outputs:
+        # Count gradients, not parameters: ctx is not one, and "2 parameters, 2 outputs" reads as a match.
+        took = "no parameters (not even ctx)" if n == 0 else f"ctx and {_count(n - 1, 'gradient')}"
         ctx.fail(
-            f"takes {n} positional parameters, but the op has {outputs} output(s)",
+            f"takes {took}, but the op has {_count(outputs, 'output')}, so backward receives {_count(outputs, 'gradient')}",
             f"write backward(ctx, {', '.join(f'grad{i}' for i in range(outputs)) or '*grads'}) with one gradient per output",
         )
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _install_backward(record: OpRecord, fn: Callable[..., Any]) -> None:

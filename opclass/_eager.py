@@ -215,8 +215,10 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
     plain = plain_keysets(record)
     fresh = output_is_fresh()
     n_returns = len(record.schema.returns)
-    convert = converter(record.qualname, record.schema)
+    convert = converter(record.schema)
     is_exact = exact_predicate(record.schema)
+    # Only where the op returns one Tensor does a fresh result need nothing more.
+    several = [str(r.real_type) for r in record.schema.returns] != ["Tensor"]
     modes = _C._len_torch_dispatch_stack
     op = record.op
     assert op is not None
@@ -228,11 +230,13 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
             if found is not None:
                 where = found.where
                 out = found.user(*args, **kwargs)
-                if not fresh(out):
+                if several or not fresh(out):
+                    if not is_exact(out):
+                        out = convert(where, out)
                     check_outputs(where, n_returns, args, kwargs, out)
                 if grad:
                     check_differentiable(where, out)
-                return out if is_exact(out) else convert(out)
+                return out
             if grad:
                 call_keyset = None if _C._are_functorch_transforms_active() else keyset
                 return apply(*args, *kwargs.values(), _Call(call_keyset, len(args), tuple(kwargs)))

@@ -205,15 +205,17 @@ def c_entry(record: OpRecord) -> tuple[Any, ...] | None:
         fn_cls = record.fast_functions.get(d)
         applies.append(_c_apply(fn_cls) if kernel is not None and fn_cls is not None and plan.grad == "function" else None)
     n_returns = len(record.schema.returns)
-    convert = converter(record.qualname, record.schema)
+    convert = converter(record.schema)
     is_exact = exact_predicate(record.schema)
     wheres = {d: k.where for d, k in plan.kernels.items()}
 
     def finish(out: Any, *args: Any) -> Any:
-        """A kernel's output that is not final: the full check, then the conversion."""
-        device = next(a.device.type for a in args if isinstance(a, torch.Tensor))
-        check_outputs(wheres[device], n_returns, args, {}, out)
-        return out if is_exact(out) else convert(out)
+        """A kernel's output that is not final: the conversion (or its error), then the full check."""
+        where = wheres[next(a.device.type for a in args if isinstance(a, torch.Tensor))]
+        if not is_exact(out):
+            out = convert(where, out)
+        check_outputs(where, n_returns, args, {}, out)
+        return out
 
     spec = "".join(_C_LETTERS[str(a.real_type)] for a in params).encode()
     return (spec, plan.single_tensor, *kernels, *applies, finish)
@@ -267,13 +269,13 @@ def _closure(record: OpRecord, plan: CallPlan) -> dict[str, Any]:
         closure[f"_k_{d}"] = k.checked
     for d, fn_cls in record.fast_functions.items():
         closure[f"_apply_{d}"] = _c_apply(fn_cls)
+    for d, k in plan.kernels.items():
+        closure[f"_u_{d}"] = k.user
+        closure[f"_where_{d}"] = k.where
     if _cheap_alias(record):
-        for d, k in plan.kernels.items():
-            closure[f"_u_{d}"] = k.user
-            closure[f"_where_{d}"] = k.where
         closure["_fresh"] = output_is_fresh()
         closure["_check_outputs"] = check_outputs
-    closure["_convert"] = converter(record.qualname, record.schema)
+    closure["_convert"] = converter(record.schema)
     closure["_T"] = torch.Tensor
     return closure
 
@@ -415,6 +417,9 @@ class _Generator:
             self.closure["_check_differentiable"] = check_differentiable
         single = len(record.schema.returns) == 1 and str(record.schema.returns[0].real_type) == "Tensor"
         exact = exact_check(record.schema, "_out")
+        # What the dispatcher would make of the result (a tuple, Python numbers) or its error,
+        # then the output checks; before the version bump, as on every dispatcher path.
+        convert = f"_out = _convert(_where_{device}, _out)"
         if _cheap_alias(record):
             lines.append(f"{ind}_out = _u_{device}({self.call_args})")
             args = ", ".join(self.positional) + ("," if len(self.positional) == 1 else "")
@@ -422,18 +427,16 @@ class _Generator:
             check = f"_check_outputs(_where_{device}, {len(record.schema.returns)}, ({args}), {{{kwargs}}}, _out)"
             if single:
                 # fresh implies the exact type, so the common case costs one test.
-                lines += [f"{ind}if {self.fresh}:", f"{ind}    {check}", f"{ind}    if type(_out) is not _T:", f"{ind}        _out = _convert(_out)"]
+                lines += [f"{ind}if {self.fresh}:", f"{ind}    if type(_out) is not _T:", f"{ind}        {convert}", f"{ind}    {check}"]
             else:
-                lines.append(f"{ind}{check}")
+                lines += [f"{ind}if not ({exact or 'False'}):", f"{ind}    {convert}", f"{ind}{check}"]
+        elif not record.schema.returns:
+            # The user's kernel itself (no wrapper frame): only a result other than None is wrong.
+            lines += [f"{ind}_out = _u_{device}({self.call_args})", f"{ind}if _out is not None:", f"{ind}    {convert}"]
         else:
-            lines.append(f"{ind}_out = _k_{device}({self.call_args})")
+            lines.append(f"{ind}_out = _k_{device}({self.call_args})")  # checked and converted
         if differentiable:
             lines.append(f"{ind}_check_differentiable(_where_{device}, _out)")
-        if not single or not _cheap_alias(record):
-            # What the dispatcher would make of the result (a tuple, Python numbers) or its error;
-            # before the version bump, as on every dispatcher path.
-            lines.append(f"{ind}if not ({exact or 'False'}):")
-            lines.append(f"{ind}    _out = _convert(_out)")
         if record.mutated:
             mutated = [record.schema.arguments[i] for i in record.mutated]
             names = ", ".join(a.name for a in mutated) + ("," if len(mutated) == 1 else "")

@@ -159,7 +159,7 @@ def config_classes(record: OpRecord) -> dict[str, type]:
 
     for kernel in record.kernels.values():
         try:
-            annotations = _schema.resolve_annotations(kernel.user)
+            annotations = _schema.resolve_annotations(inspect.unwrap(kernel.user))  # the user's, in debug mode too
         except _schema.SchemaProblem:
             continue
         found = {n: a for n, a in annotations.items() if isinstance(a, type) and dataclasses.is_dataclass(a)}

@@ -18,6 +18,7 @@ from ._alias import check_outputs, output_is_fresh
 from ._autograd import build_autograd_functions, bump_mutated, make_autograd_kernel
 from ._plan import Registration
 from ._record import OpRecord
+from ._returns import converter, exact_predicate
 from ._shield import shield
 
 _AFTER_AD_INPLACE = _C._after_ADInplaceOrView_keyset
@@ -149,15 +150,19 @@ def register_default_fake(record: OpRecord) -> None:
 
 
 def checked_kernel(record: OpRecord, hook: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` wrapped with the output contract the schema promises (aliasing, in-place, out=)."""
+    """``fn`` wrapped with the output contract the schema promises (aliasing, in-place, out=), its
+    result converted as the dispatcher would (a wrong one raises, naming the op and ``hook``)."""
     where = f"{record.qualname} ({record.cls_name}.{hook})"
+    convert = converter(record.schema)
+    is_exact = exact_predicate(record.schema)
     if record.is_inplace:
+        tensor = torch.Tensor
 
         def inplace_kernel(*args: Any, **kwargs: Any) -> Any:
             result = fn(*args, **kwargs)
             if result is not args[0]:
                 raise RuntimeError(f"{where}: an operator tagged with torch.Tag.inplace must return its first argument.")
-            return result
+            return result if type(result) is tensor else convert(where, result)  # the exact check, inline
 
         return inplace_kernel
     if record.is_out:
@@ -168,17 +173,30 @@ def checked_kernel(record: OpRecord, hook: str, fn: Callable[..., Any]) -> Calla
             got = result if isinstance(result, tuple) else (result,)
             if len(got) != len(outs) or any(r is not kwargs[n] for r, n in zip(got, outs)):
                 raise RuntimeError(f"{where}: an operator tagged with torch.Tag.out must return its mutable keyword-only arguments.")
-            return result
+            return result if is_exact(result) else convert(where, result)
 
         return out_kernel
     if not record.schema.returns:
-        return fn
+
+        def none_kernel(*args: Any, **kwargs: Any) -> Any:
+            result = fn(*args, **kwargs)
+            if result is not None:
+                convert(where, result)  # raises, naming the op and the hook
+            return result
+
+        return none_kernel
     fresh = output_is_fresh()
     n_returns = len(record.schema.returns)
+    # Only where the op returns one Tensor does a fresh result need nothing more.
+    several = [str(r.real_type) for r in record.schema.returns] != ["Tensor"]
 
     def functional_kernel(*args: Any, **kwargs: Any) -> Any:
         result = fn(*args, **kwargs)
-        if not fresh(result):
+        if several or not fresh(result):
+            # Converted here rather than by the dispatcher: a wrong result raises the same clear
+            # error as on the fast path; and aliasing is judged on what the op returns.
+            if not is_exact(result):
+                result = convert(where, result)
             check_outputs(where, n_returns, args, kwargs, result)
         return result
 

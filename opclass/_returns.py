@@ -77,30 +77,71 @@ def exact_check(schema: torch._C.FunctionSchema, var: str) -> str | None:
     return " and ".join(parts)
 
 
-def converter(qualname: str, schema: torch._C.FunctionSchema) -> Callable[[Any], Any]:
-    """``convert(result)``: the dispatcher's conversion of a kernel result for this schema."""
+def converter(schema: torch._C.FunctionSchema) -> Callable[[str, Any], Any]:
+    """``convert(where, result)``: the dispatcher's conversion of a kernel result for this schema,
+    for a result that failed the exact check. A result the op cannot return raises what torch
+    raises (``RuntimeError``; ``TypeError`` where torch says "not a sequence"), with a message
+    naming ``where`` (``"ns::op (Cls.cpu)"``), what came back, what the op returns and the fix.
+
+    Stricter than the dispatcher in one way: ``None`` where the schema promises a value that is
+    not optional (the dispatcher makes it an undefined Tensor, or ``False``) is refused, as the
+    kernel most likely forgot its ``return``.
+    """
     if not schema.returns:
 
-        def convert_none(result: Any) -> Any:
+        def convert_none(where: str, result: Any) -> Any:
             if result is not None:
-                raise RuntimeError(f"Expected PythonKernelHolder for {qualname} to return None but it returned something else instead.")
+                raise RuntimeError(_explain(where, schema, result))
             return None
 
         return convert_none
     returns = _return_text(schema)
     key = _C.DispatchKeySet(_C.DispatchKey.CPU)
     n_returns = len(schema.returns)
+    required = [i for i, r in enumerate(schema.returns) if not str(r.real_type).startswith("Optional[")]
 
-    def convert(result: Any) -> Any:
-        check_arity(qualname, n_returns, result)
+    def convert(where: str, result: Any) -> Any:
+        if result is None and n_returns == 1 and required:
+            raise RuntimeError(_explain(where, schema, result))
+        check_arity(where, n_returns, result)
+        if n_returns > 1 and isinstance(result, (tuple, list)) and len(result) == n_returns and any(result[i] is None for i in required):
+            raise RuntimeError(_explain(where, schema, result))
         op = _companion(returns)
         _PENDING.value = result
         try:
             return op.redispatch(key)
+        except (RuntimeError, TypeError) as e:
+            error = RuntimeError if isinstance(e, RuntimeError) else TypeError
         finally:
             _PENDING.value = None
+        # Outside the except block: torch's own message ("Unable to cast ... to C++ type '?'")
+        # says less than ours, so it is not chained.
+        raise error(_explain(where, schema, result))
 
     return convert
+
+
+def accepts(kind: str, value: Any) -> bool:
+    """Whether the dispatcher converts ``value`` to the schema type ``kind`` (``"Tensor?"``);
+    ``True`` where it cannot tell (a type with no schema spelling): never a false accusation."""
+    try:
+        op = _companion(kind)
+    except RuntimeError:
+        return True
+    _PENDING.value = value
+    try:
+        op.redispatch(_C.DispatchKeySet(_C.DispatchKey.CPU))
+        return True
+    except (RuntimeError, TypeError):
+        return False
+    finally:
+        _PENDING.value = None
+
+
+def _explain(where: str, schema: torch._C.FunctionSchema, result: Any) -> str:
+    from ._result_errors import explain  # only once a result has failed
+
+    return explain(where, schema, result, accepts)
 
 
 def exact_predicate(schema: torch._C.FunctionSchema) -> Callable[[Any], bool]:

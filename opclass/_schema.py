@@ -366,6 +366,28 @@ def default_text(value: Any, schema_type: str) -> str:
 # --------------------------------------------------------------------------- derivation
 
 
+def _suggest_annotation(name: str, default: Any) -> str:
+    """An annotation for an unannotated parameter: from its default's type, else a neutral
+    example naming it (``gain: float = 1.0``; ``x: Tensor or x: float``)."""
+    if default is inspect.Parameter.empty:
+        return f"{name}: Tensor or {name}: float"
+    if default is None:
+        return f"{name}: Optional[Tensor] = None or {name}: Optional[float] = None"
+    kind = type(default)
+    if kind in (bool, int, float, str):
+        return f"{name}: {kind.__name__} = {default!r}"
+    if isinstance(default, (torch.dtype, torch.device)):
+        return f"{name}: torch.{kind.__name__} = {_default_repr(default)}"
+    if isinstance(default, (tuple, list)) and default and all(type(v) is type(default[0]) and type(v) in (bool, int, float) for v in default):
+        return f"{name}: Sequence[{type(default[0]).__name__}] = {default!r}"
+    return f"{name}: <its type> = {default!r}"
+
+
+def _default_repr(value: Any) -> str:
+    """``torch.float32`` / ``torch.device('cpu')``: a default as the user would write it."""
+    return repr(value) if isinstance(value, torch.device) else str(value)
+
+
 def derive(fn: Any, mutates_args: Sequence[str], tags: Sequence[torch.Tag]) -> str:
     """The schema string ``(Tensor x, ...) -> Tensor`` for a kernel's annotated signature."""
     annotations = resolve_annotations(fn)
@@ -379,7 +401,7 @@ def derive(fn: Any, mutates_args: Sequence[str], tags: Sequence[torch.Tag]) -> s
             kind = {p.VAR_POSITIONAL: "*args", p.VAR_KEYWORD: "**kwargs", p.POSITIONAL_ONLY: "positional-only parameters"}[p.kind]
             raise SchemaProblem(name, f"{kind} have no schema form", "list every parameter by name")
         if name not in annotations:
-            raise SchemaProblem(name, f"parameter {name!r} has no annotation", "annotate it, e.g. x: Tensor")
+            raise SchemaProblem(name, f"parameter {name!r} has no annotation", f"annotate it, e.g. {_suggest_annotation(name, p.default)}")
         try:
             ptype = param_type(annotations[name])
         except SchemaProblem as e:

@@ -3,6 +3,8 @@
 An op lists representative inputs in its ``samples()`` hook (or a test passes them), and
 :func:`check_op` runs, for each one:
 
+* the mutation check: the kernel writes to no Tensor argument that ``mutates_args`` does not
+  declare (version counters before and after one call; the error names the argument and the fix);
 * ``torch.library.opcheck`` (schema, autograd registration, fake kernel, AOT dispatch);
 * ``torch.autograd.gradcheck`` when the op has a ``backward``;
 * the fast-path check: every path of :func:`call_paths` (``MyOp(*args)``; the Python guard's call
@@ -53,6 +55,7 @@ import torch
 from torch import Tensor
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_map_only, tree_unflatten
 
+from . import _debug
 from ._record import OpRecord
 
 if TYPE_CHECKING:
@@ -220,6 +223,23 @@ def _run_opcheck(op_cls: Any, record: OpRecord, sample: Sample, test_utils: Sequ
         torch.library.opcheck(op_cls.op, args, kwargs, test_utils=utils)
     except Exception as e:
         raise _CheckFailed("opcheck", f"{type(e).__name__}: {e}") from e
+
+
+def _run_mutation_check(op_cls: Any, record: OpRecord, sample: Sample) -> None:
+    """The kernel writes only to what ``mutates_args`` declares (version counters before/after)."""
+    args, kwargs = _copy_inputs(sample)
+    before = _debug.watched(record, args, kwargs)
+    if not before:
+        return
+    try:
+        with torch.no_grad():  # a write to a Tensor that requires grad is still seen
+            op_cls.op(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - the other checks call it again and report the error
+        return
+    kernel = record.kernel_for(before[0][1].device.type)
+    problem = _debug.undeclared_write(kernel.where if kernel is not None else record.qualname, record, before)
+    if problem is not None:
+        raise _CheckFailed("mutation check", problem)
 
 
 def _differentiable(t: Tensor) -> bool:
@@ -516,6 +536,7 @@ def _check(
     test_utils: Sequence[str] | None,
 ) -> None:
     try:
+        _run_mutation_check(op_cls, record, sample)
         if opcheck:
             _run_opcheck(op_cls, record, sample, test_utils)
         if gradcheck:
@@ -572,10 +593,13 @@ def check_op(
     fast_path: bool = True,
     test_utils: Sequence[str] | None = None,
 ) -> None:
-    """Check an op on each of its samples: opcheck, gradcheck and fast path vs dispatcher.
+    """Check an op on each of its samples: undeclared mutations, opcheck, gradcheck and fast path
+    vs dispatcher.
 
     Every check gets its own copies of the sample's Tensors, so samples can be reused and ops
-    that mutate their inputs are checked from the same starting values.
+    that mutate their inputs are checked from the same starting values. The mutation check
+    always runs first: one call through the dispatcher, failing when the kernel moved the version
+    counter of a Tensor argument that ``mutates_args`` does not name.
 
     Args:
         op_cls: the op class (a concrete ``CustomOp`` subclass).

@@ -308,17 +308,16 @@ def test_raising_abstract(ns: str, op_name: str, path: str, requires_grad: bool,
 # --------------------------------------------------------------------------- wrong kernel results
 
 
+# A kernel below returns _MAKERS[how](x): the test case passes the index of its maker (an int,
+# so that simple ops also take the native C entry).
+_MAKERS: list[Callable[[Tensor], Any]] = []
+
+
 def _ret(ns: str) -> Any:
     class Ret(CustomOp, name=f"{ns}::ret"):
         @staticmethod
-        def cpu(x: Tensor, how: str) -> Tensor:
-            return {
-                "float": lambda: 3.0,
-                "input": lambda: x,
-                "view_of_input": lambda: x[1:],
-                "pair": lambda: (x * 1, x * 2),
-                "none": lambda: None,
-            }[how]()  # type: ignore[no-untyped-call, return-value]  # wrong on purpose
+        def cpu(x: Tensor, how: int) -> Tensor:
+            return _MAKERS[how](x)  # type: ignore[no-any-return]  # wrong on purpose
 
     return Ret
 
@@ -326,9 +325,8 @@ def _ret(ns: str) -> Any:
 def _ret_kw(ns: str) -> Any:
     class RetKw(CustomOp, name=f"{ns}::ret_kw"):
         @staticmethod
-        def cpu(x: Tensor, *, how: str) -> Tensor:
-            wrong = {"float": lambda: 3.0, "input": lambda: x, "view_of_input": lambda: x[1:]}
-            return wrong[how]()  # type: ignore[no-untyped-call, return-value]  # wrong on purpose
+        def cpu(x: Tensor, *, how: int) -> Tensor:
+            return _MAKERS[how](x)  # type: ignore[no-any-return]  # wrong on purpose
 
     return RetKw
 
@@ -336,53 +334,125 @@ def _ret_kw(ns: str) -> Any:
 def _pair(ns: str) -> Any:
     class Pair(CustomOp, name=f"{ns}::pair"):
         @staticmethod
-        def cpu(x: Tensor, how: str) -> tuple[Tensor, Tensor]:
-            return {
-                "one": lambda: (x * 1,),
-                "three_in_a_list": lambda: [x * 1, x * 2, x * 3],
-                "bare_tensor": lambda: x * 1,
-                "float_in_tuple": lambda: (x * 1, 2.0),
-                "input_in_tuple": lambda: (x * 1, x),
-            }[how]()  # type: ignore[no-untyped-call, return-value]  # wrong on purpose
+        def cpu(x: Tensor, how: int) -> tuple[Tensor, Tensor]:
+            return _MAKERS[how](x)  # type: ignore[no-any-return]  # wrong on purpose
 
     return Pair
+
+
+def _tensors(ns: str) -> Any:
+    class Tensors(CustomOp, name=f"{ns}::tensors"):
+        @staticmethod
+        def cpu(x: Tensor, how: int) -> list[Tensor]:
+            return _MAKERS[how](x)  # type: ignore[no-any-return]  # wrong on purpose
+
+    return Tensors
+
+
+def _one_tuple(ns: str) -> Any:
+    class OneTuple(CustomOp, name=f"{ns}::one_tuple"):
+        @staticmethod
+        def cpu(x: Tensor, how: int) -> tuple[Tensor]:
+            return _MAKERS[how](x)  # type: ignore[no-any-return]  # wrong on purpose
+
+    return OneTuple
+
+
+def _number(ns: str) -> Any:
+    class Number(CustomOp, name=f"{ns}::number"):
+        @staticmethod
+        def cpu(x: Tensor, how: int) -> float:
+            return _MAKERS[how](x)  # type: ignore[no-any-return]  # wrong on purpose
+
+    return Number
+
+
+def _nothing(ns: str) -> Any:
+    class Nothing(CustomOp, name=f"{ns}::nothing"):
+        @staticmethod
+        def cpu(x: Tensor, how: int) -> None:
+            return _MAKERS[how](x)  # type: ignore[no-any-return]  # wrong on purpose
+
+    return Nothing
+
+
+def _scale(ns: str) -> Any:
+    """The tester's op: a mutating op whose kernel returns what it wrote."""
+
+    class Scale(CustomOp, name=f"{ns}::scale", mutates_args=("x",)):
+        @staticmethod
+        def cpu(x: Tensor, how: int) -> None:
+            return _MAKERS[how](x)  # type: ignore[no-any-return]  # wrong on purpose
+
+    return Scale
 
 
 @dataclasses.dataclass
 class WrongResult:
     op: Callable[[str], Any]
-    how: str
-    exc: Optional[type[BaseException]]  # what the dispatcher raises (None: nothing)
-    says: str  # the message contains this; "{where}" is "ns::op (Cls.cpu)", for opclass's own messages
+    make: Callable[[Tensor], Any]  # the kernel's result, from its input x = [1., 2., 3.]
+    exc: Optional[type[BaseException]]  # what every path raises (None: nothing)
+    says: str  # the message ("{where}" is "ns::op (Cls.cpu)"); for exc None, repr of the output
 
 
 _ALIAS = "{where}: the output of this custom operator (1) must not also be an input"
+_TENSOR = "but the op returns a Tensor (-> Tensor)"
 WRONG_RESULTS: dict[str, WrongResult] = {
-    "float_for_tensor": WrongResult(_ret, "float", RuntimeError, "Unable to cast 3.0 to Tensor"),
-    "input_returned": WrongResult(_ret, "input", RuntimeError, _ALIAS),
-    "view_of_input_returned": WrongResult(_ret, "view_of_input", RuntimeError, _ALIAS),
-    "tuple_for_tensor": WrongResult(_ret, "pair", RuntimeError, "to Tensor"),
-    # The dispatcher turns None into an undefined Tensor, which Python sees as None again.
-    "none_for_tensor": WrongResult(_ret, "none", None, ""),
-    "keyword_only_float_for_tensor": WrongResult(_ret_kw, "float", RuntimeError, "Unable to cast 3.0 to Tensor"),
-    "keyword_only_input_returned": WrongResult(_ret_kw, "input", RuntimeError, _ALIAS),
-    "keyword_only_view_of_input_returned": WrongResult(_ret_kw, "view_of_input", RuntimeError, _ALIAS),
-    "one_of_two": WrongResult(_pair, "one", RuntimeError, "{where}: the kernel returned 1 values, but the op's schema declares 2 outputs"),
-    "three_of_two_in_a_list": WrongResult(
-        _pair, "three_in_a_list", RuntimeError, "{where}: the kernel returned 3 values, but the op's schema declares 2 outputs"
-    ),
-    "bare_tensor_for_two": WrongResult(_pair, "bare_tensor", TypeError, "is not an instance of 'sequence'"),
-    "float_in_tuple": WrongResult(_pair, "float_in_tuple", RuntimeError, "Unable to cast 2.0 to Tensor"),
-    "input_in_tuple": WrongResult(_pair, "input_in_tuple", RuntimeError, _ALIAS),
+    "float_for_tensor": WrongResult(_ret, lambda x: 3.0, RuntimeError, "{where} returned the float 3.0, " + _TENSOR + ": return a Tensor (torch.tensor(3.0)), or annotate the kernels -> float if the op returns a number"),
+    "int_for_tensor": WrongResult(_ret, lambda x: 3, RuntimeError, "{where} returned the int 3, " + _TENSOR + ": return a Tensor (torch.tensor(3)), or annotate the kernels -> int if the op returns a number"),
+    "numpy_array_for_tensor": WrongResult(_ret, lambda x: x.detach().numpy() * 2, RuntimeError, "{where} returned a NumPy array (float32, shape (3,)), " + _TENSOR + ": convert it with torch.from_numpy(...)"),
+    "numpy_scalar_for_tensor": WrongResult(_ret, lambda x: x.detach().numpy().sum(), RuntimeError, "{where} returned a NumPy float32 (6.0), " + _TENSOR + ": convert it with torch.tensor(...)"),
+    "input_returned": WrongResult(_ret, lambda x: x, RuntimeError, _ALIAS),
+    "view_of_input_returned": WrongResult(_ret, lambda x: x[1:], RuntimeError, _ALIAS),
+    "tuple_for_tensor": WrongResult(_ret, lambda x: (x * 1, x * 2), RuntimeError, "{where} returned a tuple (Tensor, Tensor), " + _TENSOR + ": return one Tensor, or declare 2 outputs: -> tuple[Tensor, Tensor]"),
+    "one_tuple_for_tensor": WrongResult(_ret, lambda x: [x * 1], RuntimeError, "{where} returned a list (Tensor), " + _TENSOR + ": return the Tensor itself, not a 1-element list"),
+    "tuple_with_input_for_tensor": WrongResult(_ret, lambda x: (x, x * 2), RuntimeError, "{where} returned a tuple (Tensor, Tensor), " + _TENSOR),
+    # The dispatcher would make None an undefined Tensor (None again in Python): a forgotten return.
+    "none_for_tensor": WrongResult(_ret, lambda x: None, RuntimeError, "{where} returned None, " + _TENSOR + ": did the kernel forget to return its result? (If None is meant, annotate Optional[Tensor].)"),
+    "subclass_for_tensor": WrongResult(_ret, lambda x: torch.nn.Parameter(x.detach() * 2), None, "Parameter"),
+    "keyword_only_float_for_tensor": WrongResult(_ret_kw, lambda x: 3.0, RuntimeError, "{where} returned the float 3.0, " + _TENSOR),
+    "keyword_only_input_returned": WrongResult(_ret_kw, lambda x: x, RuntimeError, _ALIAS),
+    "keyword_only_view_of_input_returned": WrongResult(_ret_kw, lambda x: x[1:], RuntimeError, _ALIAS),
+    "keyword_only_none_for_tensor": WrongResult(_ret_kw, lambda x: None, RuntimeError, "{where} returned None, " + _TENSOR),
+    "one_of_two": WrongResult(_pair, lambda x: (x * 1,), RuntimeError, "{where}: the kernel returned 1 values, but the op's schema declares 2 outputs"),
+    "three_of_two_in_a_list": WrongResult(_pair, lambda x: [x * 1, x * 2, x * 3], RuntimeError, "{where}: the kernel returned 3 values, but the op's schema declares 2 outputs"),
+    "bare_tensor_for_two": WrongResult(_pair, lambda x: x * 1, TypeError, "{where} returned a Tensor of shape (3,), but the op returns 2 values (-> tuple[Tensor, Tensor]): return a tuple of 2 values (return a, b), or declare one output (-> Tensor)"),
+    "float_in_tuple": WrongResult(_pair, lambda x: (x * 1, 2.0), RuntimeError, "{where} returned a tuple (Tensor, float) whose item [1] is the float 2.0, but a Tensor belongs there (-> tuple[Tensor, Tensor]): return a Tensor (torch.tensor(2.0)), or annotate the kernels -> float if the op returns a number"),
+    "none_in_tuple": WrongResult(_pair, lambda x: (x * 1, None), RuntimeError, "{where} returned a tuple (Tensor, None) whose item [1] is None, but a Tensor belongs there (-> tuple[Tensor, Tensor]): did the kernel forget"),
+    "input_in_tuple": WrongResult(_pair, lambda x: (x * 1, x), RuntimeError, _ALIAS),
+    "list_for_two": WrongResult(_pair, lambda x: [x * 1, x * 2], None, "tuple"),
+    # A return type with no schema spelling of its own: the error still names the op and the hook.
+    "bare_tensor_for_one_tuple": WrongResult(_one_tuple, lambda x: x * 1, RuntimeError, "{where} returned a Tensor of shape (3,), which the dispatcher cannot convert to -> tuple[Tensor]: return a value of that type"),
+    "one_tuple": WrongResult(_one_tuple, lambda x: (x * 1,), None, "tuple"),
+    "float_in_list": WrongResult(_tensors, lambda x: [x * 1, 2.0], RuntimeError, "{where} returned a list (Tensor, float) whose item [1] is the float 2.0, but a Tensor belongs there (-> list[Tensor]): return a Tensor (torch.tensor(2.0))"),
+    "none_in_list": WrongResult(_tensors, lambda x: [None, x * 1], RuntimeError, "{where} returned a list (None, Tensor) whose item [0] is None, but a Tensor belongs there (-> list[Tensor])"),
+    "bare_tensor_for_list": WrongResult(_tensors, lambda x: x * 1, RuntimeError, "{where} returned a Tensor of shape (3,), but the op returns a list of Tensors (-> list[Tensor]): return a list of Tensors ([t] for one), or annotate the kernels -> Tensor"),
+    "tuple_for_list": WrongResult(_tensors, lambda x: (x * 1, x * 2), None, "list"),
+    "vector_for_float": WrongResult(_number, lambda x: x * 1, RuntimeError, "{where} returned a Tensor of shape (3,), but the op returns a float (-> float): return a Python float (t.item() of a one-element Tensor or array), or annotate the kernels -> Tensor"),
+    "string_for_float": WrongResult(_number, lambda x: "3.0", RuntimeError, "{where} returned the str '3.0', but the op returns a float (-> float): return a float"),
+    "none_for_float": WrongResult(_number, lambda x: None, RuntimeError, "{where} returned None, but the op returns a float (-> float): did the kernel forget"),
+    # What the dispatcher converts must never be refused.
+    "zero_dim_tensor_for_float": WrongResult(_number, lambda x: x.detach().sum(), None, "6.0"),
+    "numpy_scalar_for_float": WrongResult(_number, lambda x: x.detach().numpy().sum(), None, "6.0"),
+    "int_for_float": WrongResult(_number, lambda x: 6, None, "6.0"),
+    "tensor_for_none": WrongResult(_nothing, lambda x: x * 2, RuntimeError, "{where} returned a Tensor of shape (3,), but the op returns nothing (-> None): drop the return value (a kernel of a mutating op writes its inputs in place and returns None), or declare the output (e.g. -> Tensor)"),
+    "float_for_none": WrongResult(_nothing, lambda x: 1.0, RuntimeError, "{where} returned the float 1.0, but the op returns nothing (-> None)"),
+    "mutated_input_returned_for_none": WrongResult(_scale, lambda x: x.mul_(2), RuntimeError, "{where} returned a Tensor of shape (3,), but the op returns nothing (-> None)"),
 }
 
 
 @pytest.mark.parametrize("context", list(CONTEXTS))
 @pytest.mark.parametrize("requires_grad", [False, True], ids=["plain", "requires_grad"])
 @pytest.mark.parametrize("case", list(WRONG_RESULTS))
-def test_wrong_kernel_result_matches_the_dispatcher(ns: str, case: str, requires_grad: bool, context: str) -> None:
+def test_wrong_kernel_result(ns: str, case: str, requires_grad: bool, context: str) -> None:
+    """Every call path raises the same error, naming the op, the class and hook, what came back,
+    what the op returns and the fix; what the dispatcher converts passes on every path."""
     wrong = WRONG_RESULTS[case]
     cls = wrong.op(ns)
+    how = len(_MAKERS)
+    _MAKERS.append(wrong.make)
+    if requires_grad and cls.record.mutated:
+        requires_grad = False  # writing to a Tensor that requires grad has its own error
     kw_only = any(a.kwarg_only for a in cls.record.schema.arguments)
     # Every call path (the class call, the other guard's where both exist, the dispatcher).
     seen = {}
@@ -390,18 +460,34 @@ def test_wrong_kernel_result_matches_the_dispatcher(ns: str, case: str, requires
         x = torch.arange(1.0, 4.0, requires_grad=requires_grad)
         before = _state(x)
         with CONTEXTS[context]():
-            seen[label] = observe(fn, (x,), {"how": wrong.how}) if kw_only else observe(fn, (x, wrong.how), {})
-        _assert_unchanged(before, x, "x")
+            seen[label] = observe(fn, (x,), {"how": how}) if kw_only else observe(fn, (x, how), {})
+        if wrong.exc is not None and not cls.record.mutated:
+            _assert_unchanged(before, x, "x")
     *fast, reference = seen
     slow = seen[reference]
     assert (slow["exception"] or (None,))[0] == (wrong.exc.__name__ if wrong.exc else None), f"the dispatcher: {slow['exception']}"
     for label in fast:
         assert diff(seen[label], slow) is None, (label, diff(seen[label], slow))
     if wrong.exc is None:
-        assert slow["output"] is None
+        out = slow["output"]
+        shown = out["container"] if isinstance(out, dict) and "container" in out else out["type"] if isinstance(out, dict) else repr(out)
+        assert shown == wrong.says, slow["output"]
     else:
         where = f"{cls.qualname} ({cls.__name__}.cpu)"
-        assert wrong.says.format(where=where) in seen[fast[0]]["exception"][1]
+        message = slow["exception"][1]
+        assert message.startswith(wrong.says.format(where=where)), message
+        if wrong.says.startswith("{where} returned"):
+            assert ": " in message[len(where) :], f"no fix given: {message}"
+
+
+def test_wrong_result_error_is_catchable_as_runtime_error(ns: str) -> None:
+    """``except RuntimeError`` keeps working, on the class call and through torch.ops."""
+    cls = _ret(ns)
+    how = len(_MAKERS)
+    _MAKERS.append(lambda x: (x * 1, x * 2))
+    for fn in (cls, getattr(getattr(torch.ops, ns), "ret")):
+        with pytest.raises(RuntimeError, match=r"::ret \(Ret\.cpu\) returned a tuple \(Tensor, Tensor\)"):
+            fn(torch.ones(2), how)
 
 
 # --------------------------------------------------------------------------- wrong abstract results

@@ -6,8 +6,10 @@ Every test defines its ops in the ``ns`` fixture's fresh namespace (removed afte
 from __future__ import annotations
 
 import gc
+import inspect
 import linecache
 import tracemalloc
+import warnings
 from typing import Any
 
 import pytest
@@ -668,13 +670,49 @@ def test_redefinition_replaces_op(ns: str) -> None:
     assert Old.op is New.op
 
 
-def test_redefinition_with_new_schema(ns: str) -> None:
+def test_redefinition_of_the_same_class_is_silent(ns: str) -> None:
+    """The same class statement run again (a notebook cell, a reloaded module) replaces its op
+    without a word."""
     _define_scale(ns, 2.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _define_scale(ns, 3.0)
+    assert [str(w.message) for w in caught] == []
 
-    class Scale(CustomOp, name=f"{ns}::scale"):
-        @staticmethod
-        def cpu(x: Tensor, factor: float) -> Tensor:
-            return x * factor
+
+def test_another_class_taking_the_name_warns(ns: str) -> None:
+    """Two different classes with the same ``name=`` replace each other: a warning names both and
+    points at the class statement that takes the name over."""
+    Old = _define_scale(ns, 2.0)
+    with pytest.warns(UserWarning) as caught:
+        line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
+        class Other(CustomOp, name=f"{ns}::scale"):
+            @staticmethod
+            def cpu(x: Tensor) -> Tensor:
+                return x * 5
+
+    assert len(caught) == 1
+    old = f"{__name__}._define_scale.<locals>.Scale"
+    new = f"{__name__}.test_another_class_taking_the_name_warns.<locals>.Other"
+    assert str(caught[0].message) == (
+        f"{new} replaces the op {ns}::scale defined by {old}: two classes give the same name. "
+        "Give one of them another name= (or call opclass.remove(Scale) first if replacing it is intended)."
+    )
+    assert (caught[0].filename, caught[0].lineno) == (__file__, line)
+    # It still replaces the op, as before.
+    torch.testing.assert_close(Old(torch.ones(1)), torch.full((1,), 5.0))
+    assert Other.op is Old.op
+
+
+def test_redefinition_with_new_schema(ns: str) -> None:
+    old = _define_scale(ns, 2.0)  # noqa: F841 - alive: a collected class warns no one
+
+    with pytest.warns(UserWarning, match="two classes give the same name"):  # another class statement
+
+        class Scale(CustomOp, name=f"{ns}::scale"):
+            @staticmethod
+            def cpu(x: Tensor, factor: float) -> Tensor:
+                return x * factor
 
     assert Scale.schema == "(Tensor x, float factor) -> Tensor"
     torch.testing.assert_close(getattr(torch.ops, ns).scale(torch.ones(1), 5.0), torch.full((1,), 5.0))

@@ -480,3 +480,62 @@ def test_same_errors_pass_the_fast_path_check(ns: str) -> None:
     # Both paths raise the same error: that is agreement, not a failure.
     check_sample(Strict, (torch.ones(2, 2),), opcheck=False)
     check_sample(Strict, Sample((torch.ones(2),)), opcheck=False)
+
+
+# --------------------------------------------------------------------------- undeclared mutations
+
+
+def test_undeclared_mutation_is_caught(ns: str) -> None:
+    """A kernel writing to an input that ``mutates_args`` does not name fails the first check,
+    naming the op, the class and hook, the argument and the fix."""
+
+    class Scale(CustomOp, name=f"{ns}::scale"):
+        @staticmethod
+        def cpu(x: Tensor, gain: float) -> Tensor:
+            x.mul_(gain)  # wrong: x is not declared mutated
+            return x.clone()
+
+    with pytest.raises(AssertionError) as info:
+        check_op(Scale, [(torch.ones(3), 2.0)])
+    assert str(info.value) == (
+        f"{ns}::scale, sample 0: mutation check failed: {ns}::scale (Scale.cpu) wrote to 'x' (its version counter moved), "
+        "but the op does not declare that it mutates 'x', so torch.compile, autograd and functionalization "
+        "assume it is unchanged: add mutates_args=('x',) to the class statement (class Scale(CustomOp, ..., "
+        "mutates_args=('x',))), or write to a copy instead (x = x.clone() first)"
+    )
+    # Whatever the other checks are set to.
+    with pytest.raises(AssertionError, match="mutation check failed"):
+        check_sample(Scale, (torch.ones(3), 2.0), opcheck=False, gradcheck=False, fast_path=False)
+
+
+def test_undeclared_mutation_names_the_argument_and_keeps_declared_ones(ns: str) -> None:
+    class AddInto(CustomOp, name=f"{ns}::add_into", mutates_args=("out",)):
+        @staticmethod
+        def default(out: Tensor, xs: list[Tensor]) -> None:
+            out.add_(xs[0])
+            xs[1].zero_()  # wrong: xs is not declared
+
+    with pytest.raises(AssertionError) as info:
+        check_op(AddInto, [(torch.zeros(2), [torch.ones(2), torch.ones(2)])], opcheck=False)
+    message = str(info.value)
+    assert f"{ns}::add_into (AddInto.default) wrote to 'xs'" in message, message
+    assert "add mutates_args=('out', 'xs') to the class statement" in message, message
+
+
+def test_declared_mutation_passes_the_mutation_check(ns: str) -> None:
+    class Scale(CustomOp, name=f"{ns}::scale", mutates_args=("x",)):
+        @staticmethod
+        def cpu(x: Tensor, gain: float) -> None:
+            x.mul_(gain)
+
+    check_op(Scale, [(torch.ones(3), 2.0)], opcheck=False)
+
+
+def test_the_same_tensor_as_a_declared_argument_passes_the_mutation_check(ns: str) -> None:
+    class AddInto(CustomOp, name=f"{ns}::add_into", mutates_args=("out",)):
+        @staticmethod
+        def default(out: Tensor, x: Tensor) -> None:
+            out.add_(x)
+
+    x = torch.ones(3)
+    check_op(AddInto, [(x, x), (x, x[:3])], opcheck=False)

@@ -167,12 +167,36 @@ def missing_annotations(ns: str) -> None:
             return x + 1
 
 
-@case("cpu", "Bad.cpu(x: Tensor, scale) -> Tensor: parameter 'scale' has no annotation", "annotate it")
+@case("cpu", "Bad.cpu(x: Tensor, scale) -> Tensor: parameter 'scale' has no annotation; annotate it, e.g. scale: Tensor or scale: float")
 def partially_annotated_parameter(ns: str) -> None:
     class Bad(CustomOp, name=f"{ns}::bad"):
         @staticmethod
         def cpu(x: Tensor, scale) -> Tensor:  # type: ignore[no-untyped-def]
             return x * scale
+
+
+@case("cpu", "Bad.cpu(x: Tensor, gain=1.0) -> Tensor: parameter 'gain' has no annotation; annotate it, e.g. gain: float = 1.0")
+def unannotated_parameter_with_a_float_default(ns: str) -> None:
+    class Bad(CustomOp, name=f"{ns}::bad"):
+        @staticmethod
+        def cpu(x: Tensor, gain=1.0) -> Tensor:  # type: ignore[no-untyped-def]
+            return x * gain
+
+
+@case("cpu", "parameter 'dims' has no annotation; annotate it, e.g. dims: Sequence[int] = (0, 1)")
+def unannotated_parameter_with_a_tuple_default(ns: str) -> None:
+    class Bad(CustomOp, name=f"{ns}::bad"):
+        @staticmethod
+        def cpu(x: Tensor, dims=(0, 1)) -> Tensor:  # type: ignore[no-untyped-def]
+            return x.sum(dims)
+
+
+@case("cpu", "parameter 'bias' has no annotation; annotate it, e.g. bias: Optional[Tensor] = None or bias: Optional[float] = None")
+def unannotated_parameter_with_a_none_default(ns: str) -> None:
+    class Bad(CustomOp, name=f"{ns}::bad"):
+        @staticmethod
+        def cpu(x: Tensor, bias=None) -> Tensor:  # type: ignore[no-untyped-def]
+            return x
 
 
 @case("cpu", "Bad.cpu(x: Tensor): the return has no annotation", "-> None")
@@ -435,7 +459,7 @@ def autograd_on_out_op(ns: str) -> None:
             return grad
 
 
-@case("backward", "Bad.backward(ctx, grad, extra): takes 3 positional parameters, but the op has 1 output(s)", "write backward(ctx, grad0)")
+@case("backward", "Bad.backward(ctx, grad, extra): takes ctx and 2 gradients, but the op has 1 output, so backward receives 1 gradient", "write backward(ctx, grad0)")
 def backward_too_many_grads(ns: str) -> None:
     class Bad(CustomOp, name=f"{ns}::bad"):
         @staticmethod
@@ -451,7 +475,7 @@ def backward_too_many_grads(ns: str) -> None:
             return grad
 
 
-@case("backward", "Bad.backward(ctx, grad): takes 2 positional parameters, but the op has 2 output(s)", "write backward(ctx, grad0, grad1)")
+@case("backward", "Bad.backward(ctx, grad): takes ctx and 1 gradient, but the op has 2 outputs, so backward receives 2 gradients", "write backward(ctx, grad0, grad1)")
 def backward_too_few_grads(ns: str) -> None:
     class Bad(CustomOp, name=f"{ns}::bad"):
         @staticmethod

@@ -1,0 +1,176 @@
+"""A kernel result the op cannot return, said in words.
+
+Only runs once a result has failed (torch's own conversion refused it, or opclass's ``None``
+rule did): it names the op and the hook, describes what came back and what the return type
+promises, and suggests the fix. Every call path raises with this text, so the class call, the
+generated call, the C entry and ``torch.ops`` agree.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+import torch
+
+# Schema base types shown as the Python annotation a user writes.
+_PYTHON = {"SymInt": "int", "SymFloat": "float", "SymBool": "bool", "Scalar": "Number", "ScalarType": "torch.dtype", "Device": "torch.device"}
+_WANT = {"Tensor": "a Tensor", "float": "a float", "int": "an int", "bool": "a bool", "Number": "a number", "str": "a str"}
+_NUMBERS = (bool, int, float, complex)
+
+
+def return_kinds(schema: torch._C.FunctionSchema) -> list[str]:
+    """The schema text of each return (``Tensor``, ``Tensor?``, ``float[]``), names and aliases dropped."""
+    return [_schema_type(str(r.real_type)) for r in schema.returns]
+
+
+def _schema_type(jit: str) -> str:
+    """``Optional[List[Tensor]]`` (a JIT type) as schema text (``Tensor[]?``)."""
+    if jit.startswith("Optional[") and jit.endswith("]"):
+        return _schema_type(jit[len("Optional[") : -1]) + "?"
+    if jit.startswith("List[") and jit.endswith("]"):
+        return _schema_type(jit[len("List[") : -1]) + "[]"
+    return "Scalar" if jit == "number" else jit
+
+
+def python_type(kind: str) -> str:
+    """``Tensor?[]`` -> ``list[Optional[Tensor]]``: a schema type as a Python annotation."""
+    if kind.endswith("?"):
+        return f"Optional[{python_type(kind[:-1])}]"
+    if kind.endswith("[]"):
+        return f"list[{python_type(kind[:-2])}]"
+    # A JIT type with no schema spelling (the 1-tuple of -> tuple[Tensor]) keeps its own.
+    return _PYTHON.get(kind, kind.replace("Tuple[", "tuple[").replace("List[", "list["))
+
+
+def annotation(kinds: list[str]) -> str:
+    """``-> tuple[Tensor, float]``: what the return annotation of the kernels says (or would)."""
+    if not kinds:
+        return "-> None"
+    if len(kinds) == 1:
+        return f"-> {python_type(kinds[0])}"
+    return f"-> tuple[{', '.join(python_type(k) for k in kinds)}]"
+
+
+def _want(kind: str) -> str:
+    if kind.endswith("?"):
+        return f"{_want(kind[:-1])} or None"
+    if kind.endswith("[]"):
+        inner = python_type(kind[:-2])
+        return f"a list of {inner}s" if inner.isidentifier() else f"a list ({python_type(kind)})"
+    return _WANT.get(python_type(kind), f"a {python_type(kind)}")
+
+
+def _numpy_kind(value: Any) -> str | None:
+    """``"array"`` / ``"scalar"`` for NumPy values (NumPy is never imported here)."""
+    np = sys.modules.get("numpy")
+    if np is None:
+        return None
+    if isinstance(value, np.ndarray):
+        return "array"
+    if isinstance(value, np.generic):
+        return "scalar"
+    return None
+
+
+def _short(value: Any) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, torch.Tensor):
+        return "Tensor"
+    return type(value).__name__
+
+
+def describe(value: Any) -> str:
+    """``a tuple (Tensor, Tensor)``, ``the float 3.0``, ``a NumPy array (float64, shape (3,))``..."""
+    if value is None:
+        return "None"
+    if isinstance(value, torch.Tensor):
+        return f"a {type(value).__name__} of shape {tuple(value.shape)}"
+    np_kind = _numpy_kind(value)
+    if np_kind == "array":
+        return f"a NumPy array ({value.dtype}, shape {value.shape})"
+    if np_kind == "scalar":
+        return f"a NumPy {type(value).__name__} ({value})"
+    if isinstance(value, _NUMBERS) or isinstance(value, str):
+        text = repr(value)
+        return f"the {type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+    if isinstance(value, (tuple, list)):
+        if not value:
+            return f"an empty {type(value).__name__}"
+        items = ", ".join(_short(v) for v in value[:6]) + (", ..." if len(value) > 6 else "")
+        return f"a {type(value).__name__} ({items})"
+    kind = type(value)
+    return f"a {kind.__qualname__}" if kind.__module__ == "builtins" else f"a {kind.__module__}.{kind.__qualname__}"
+
+
+def _fix(kind: str, value: Any, single: bool) -> str:
+    """The fix for ``value`` where ``kind`` is promised (``single``: it is the op's only output)."""
+    base = kind.rstrip("?")
+    np_kind = _numpy_kind(value)
+    if value is None:
+        forgot = "did the kernel forget to return its result?"
+        return forgot + " (If None is meant, annotate Optional[Tensor].)" if base == "Tensor" else forgot
+    if base == "Tensor":
+        if np_kind == "array":
+            return "convert it with torch.from_numpy(...)"
+        if np_kind == "scalar":
+            return "convert it with torch.tensor(...)"
+        if isinstance(value, _NUMBERS):
+            return f"return a Tensor (torch.tensor({value!r})), or annotate the kernels -> {type(value).__name__} if the op returns a number"
+        if isinstance(value, (tuple, list)) and single and all(isinstance(v, torch.Tensor) for v in value):
+            if len(value) == 1:
+                return f"return the Tensor itself, not a 1-element {type(value).__name__}"
+            return f"return one Tensor, or declare {len(value)} outputs: -> tuple[{', '.join(['Tensor'] * len(value))}]"
+        return "return a torch.Tensor"
+    if base.endswith("[]"):
+        if isinstance(value, torch.Tensor):
+            return "return a list of Tensors ([t] for one), or annotate the kernels -> Tensor"
+        return f"return {_want(base)}"
+    if base in ("float", "int", "SymInt", "bool", "Scalar"):
+        py = python_type(base)
+        if isinstance(value, torch.Tensor) or np_kind == "array":
+            return f"return a Python {py if py != 'Number' else 'number'} (t.item() of a one-element Tensor or array), or annotate the kernels -> Tensor"
+        return f"return {_want(base)}"
+    return f"return {_want(kind)}"
+
+
+def _misfit(kind: str, value: Any, path: str, accepts: Callable[[str, Any], bool]) -> tuple[str, str, Any] | None:
+    """``(path, kind, value)`` of the first part of ``value`` that cannot be ``kind``; ``None`` if none."""
+    if value is None:
+        return None if kind.endswith("?") else (path, kind, value)
+    base = kind[:-1] if kind.endswith("?") else kind
+    if base.endswith("[]") and isinstance(value, (tuple, list)):
+        for i, item in enumerate(value):
+            found = _misfit(base[:-2], item, f"{path}[{i}]", accepts)
+            if found is not None:
+                return found
+    return None if accepts(kind, value) else (path, kind, value)
+
+
+def explain(where: str, schema: torch._C.FunctionSchema, result: Any, accepts: Callable[[str, Any], bool]) -> str:
+    """Why ``result`` cannot be what the op returns, and the fix. ``accepts(kind, value)``:
+    whether the dispatcher converts ``value`` to the schema type ``kind``."""
+    kinds = return_kinds(schema)
+    promised = annotation(kinds)
+    if not kinds:
+        return (
+            f"{where} returned {describe(result)}, but the op returns nothing ({promised}): drop the return value "
+            "(a kernel of a mutating op writes its inputs in place and returns None), or declare the output (e.g. -> Tensor)"
+        )
+    if len(kinds) == 1:
+        found = _misfit(kinds[0], result, "", accepts)
+    elif not isinstance(result, (tuple, list)):
+        fix = f"return a tuple of {len(kinds)} values (return a, b{', ...' if len(kinds) > 2 else ''})"
+        if isinstance(result, torch.Tensor):
+            fix += ", or declare one output (-> Tensor)"
+        return f"{where} returned {describe(result)}, but the op returns {len(kinds)} values ({promised}): {fix}"
+    else:
+        found = next((f for i, (k, v) in enumerate(zip(kinds, result)) if (f := _misfit(k, v, f"[{i}]", accepts)) is not None), None)
+    if found is None:
+        return f"{where} returned {describe(result)}, which the dispatcher cannot convert to {promised}: return a value of that type"
+    path, kind, value = found
+    fix = _fix(kind, value, single=len(kinds) == 1 and not path)
+    if not path:
+        return f"{where} returned {describe(value)}, but the op returns {_want(kind)} ({promised}): {fix}"
+    return f"{where} returned {describe(result)} whose item {path} is {describe(value)}, but {_want(kind)} belongs there ({promised}): {fix}"
