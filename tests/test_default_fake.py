@@ -156,3 +156,18 @@ def test_default_own_error_is_unchanged(ns: str) -> None:
         Checked(torch.zeros(3))
     with FakeTensorMode(), pytest.raises(ValueError, match="expected a matrix, got 1 dimensions"):
         Checked(torch.empty(3))
+
+
+def test_check_op_runs_the_fake_tests_on_default(ns: str) -> None:
+    from opclass.testing import check_op
+
+    Scaled = _scaled(ns, [])
+    check_op(Scaled, [(torch.randn(2, 3), 2.0)])
+
+    class NpCos(CustomOp, name=f"{ns}::np_cos"):
+        @staticmethod
+        def default(x: Tensor) -> Tensor:
+            return torch.from_numpy(np.cos(x.numpy()))
+
+    with pytest.raises(AssertionError, match=r"opcheck failed: .*define NpCos\.abstract"):
+        check_op(NpCos, [(torch.randn(3),)])
