@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping
 
 import torch
 
-from . import _record, _register, _schema
+from . import _existing, _record, _register, _schema
 from ._codegen import install_call
 from ._hooks import Hook, HookContext, hooks
 from ._names import CLASS_KEYWORDS as _CLASS_KEYWORDS
@@ -54,6 +54,8 @@ class Keywords:
     tags: tuple[torch.Tag, ...]
     #: ``mutates_args="unknown"``: every Tensor argument is marked mutated, as torch does.
     mutates_unknown: bool = False
+    #: ``existing=True``: extend an op defined elsewhere instead of defining one.
+    existing: bool = False
 
 
 def _snake_case(name: str) -> str:
@@ -61,7 +63,9 @@ def _snake_case(name: str) -> str:
     return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
 
 
-_KEYWORD_ALIASES = {"mutates": "mutates_args", "mutable_args": "mutates_args", "mutated_args": "mutates_args", "tag": "tags", "ns": "namespace", "op_name": "name"}
+# Keywords that belong to the op's definition, which an op extended with existing=True already has.
+_DEFINING_KEYWORDS = ("mutates_args", "schema", "tags")
+_KEYWORD_ALIASES = {"extend": "existing", "extends": "existing", "exists": "existing", "mutates": "mutates_args", "mutable_args": "mutates_args", "mutated_args": "mutates_args", "tag": "tags", "ns": "namespace", "op_name": "name"}
 
 
 class OpBuilder:
@@ -100,7 +104,7 @@ class OpBuilder:
         inherited: dict[str, Any] = getattr(self.cls, "_opclass_keywords", {})
         # Any iterable is taken once (a generator would be empty for the next reader and for subclasses).
         given = {k: tuple(v) if k in ("mutates_args", "tags") and isinstance(v, Iterable) and not isinstance(v, str) else v for k, v in self.given.items()}
-        merged = {**{k: v for k, v in inherited.items() if k != "name"}, **{k: v for k, v in given.items() if v is not None}}
+        merged = {**{k: v for k, v in inherited.items() if k not in ("name", "existing")}, **{k: v for k, v in given.items() if v is not None}}
         if base is not None:
             merged.setdefault("namespace", base.namespace)
         self.cls._opclass_keywords = merged  # type: ignore[attr-defined]
@@ -174,7 +178,18 @@ class OpBuilder:
         name = self.given.get("name")
         if name is not None and not isinstance(name, str):
             self.fail(None, f"name={name!r} must be a string", "write e.g. name='mylib::my_op'")
-        return Keywords(name, namespace, _schema.dedupe(mutates), schema, tags, unknown)
+        existing = self.given.get("existing")
+        if existing is not None and type(existing) is not bool:
+            self.fail(None, f"existing={existing!r} must be True or False", "write existing=True to extend an op defined elsewhere")
+        if existing:
+            for key in _DEFINING_KEYWORDS:
+                if self.given.get(key) is not None:
+                    self.fail(
+                        None,
+                        f"{key}= with existing=True: the op is defined already, with its own schema, mutations and tags",
+                        f"drop {key}=; the dispatcher's schema is used (annotations, if any, must agree with it)",
+                    )
+        return Keywords(name, namespace, _schema.dedupe(mutates), schema, tags, unknown, bool(existing))
 
     def validate_pairs(self) -> None:
         """Hooks that only make sense together (``setup_context`` + ``backward``)."""
@@ -207,8 +222,40 @@ class OpBuilder:
             overload = ""
         return namespace, opname, overload
 
+    def existing_schema(self, kw: Keywords, qualname: str) -> torch._C.FunctionSchema:
+        """``existing=True``: the dispatcher's schema; the annotated hooks must agree with it."""
+        schema = _existing.find_schema(qualname)
+        if schema is None:
+            self.fail(None, f"existing=True, but {qualname} is not defined", "define the op first (TORCH_LIBRARY, Library.define, or load its library), or drop existing=True")
+        assert schema is not None
+        self.schema_text = _existing.schema_text(schema)
+        # Partly annotated hooks are checked by validate_kernels, like any op's.
+        annotated = [h for h, fn in self.defined.items() if self.hooks[h].kernel and _annotations(fn)]
+        self.partial = [h for h in annotated if not _schema.fully_annotated(self.defined[h])]
+        op_tags = tuple(getattr(_existing_overload(qualname), "tags", ()))
+        for hook in annotated:
+            if hook in self.partial:
+                continue
+            fn = self.defined[hook]
+            try:
+                text = _schema.derive(fn, tuple(_schema.mutated_names(schema)), op_tags)
+            except _schema.SchemaProblem as e:
+                self.fail(hook, e.problem, e.fix, fn)
+            diff = _schema.describe_difference(schema, self._parse(qualname, text, hook))
+            if diff is not None:
+                self.fail(
+                    hook,
+                    f"disagrees with the existing op {qualname}{self.schema_text} ({diff})",
+                    "annotate it as the op's schema says, or not at all",
+                    fn,
+                )
+        kw.tags = op_tags
+        return schema
+
     def derive_schema(self, kw: Keywords, qualname: str) -> torch._C.FunctionSchema:
         """The op schema from ``schema=`` and/or the annotated kernels, which must all agree."""
+        if kw.existing:
+            return self.existing_schema(kw, qualname)
         annotated = [h for h, fn in self.defined.items() if self.hooks[h].kernel and _annotations(fn)]
         complete = [h for h in annotated if _schema.fully_annotated(self.defined[h])]
         # A hook annotated in part (def abstract(x, shape) -> Tensor) needs a schema from elsewhere;
@@ -300,9 +347,26 @@ class OpBuilder:
             if check is not None:
                 check(value, HookContext(self.cls_name, hook, value, qualname, schema, signature, dict(self.defined), tags))
 
-    def validate_not_taken(self, qualname: str) -> None:
-        """The name is free, or opclass owns it (then this class replaces the old op)."""
-        if _record.lookup(qualname) is not None:
+    def validate_existing(self, qualname: str) -> None:
+        """``existing=True``: the class adds only what the op lacks; it never replaces a kernel."""
+        live = _record.lookup(qualname)
+        own = _existing.own_keys(live) if live is not None and live.spec.existing else set()
+        for hook, problem, fix in _existing.conflicts(qualname, self.defined, dict(self.hooks), own):
+            self.fail(hook, problem, fix, self.defined[hook])
+
+    def validate_not_taken(self, qualname: str, existing: bool = False) -> None:
+        """The name is free, or opclass owns it (then this class replaces the old op); with
+        ``existing=True``, the op exists and another class extending it may be replaced."""
+        live = _record.lookup(qualname)
+        if live is not None:
+            if live.spec.existing == existing:
+                return
+            owner = live.owner() if live.owner is not None else None
+            by = f"class {owner.__qualname__.rpartition('<locals>.')[2]}" if owner is not None else "another class"
+            if existing:
+                self.fail(None, f"existing=True, but {qualname} is an opclass op ({by} defines it)", "subclass or redefine that class instead")
+            self.fail(None, f"{qualname} is defined outside opclass ({by} extends it with existing=True)", "pick another name, or remove the other definition first")
+        if existing:
             return
         ns_name, _, overload = qualname.partition(".")
         try:
@@ -329,6 +393,7 @@ class OpBuilder:
             cls_name=self.cls_name,
             mutated=mutated,
             mutated_names=tuple(schema.arguments[i].name for i in mutated),
+            existing=kw.existing,
         )
 
     # ------------------------------------------------------------------ 4. register
@@ -340,7 +405,7 @@ class OpBuilder:
         same name must see either no op or a complete one (its class set, so retire() reaches it).
         """
         with _record.LOCK:
-            self.validate_not_taken(spec.qualname)
+            self.validate_not_taken(spec.qualname, spec.existing)
             old = _record.lookup(spec.qualname)
             if old is not None:
                 _record.destroy(old)
@@ -393,7 +458,7 @@ class OpBuilder:
         self.collect()
         self.validate_attributes()
         kw = self.validate_keywords()
-        if not self.is_concrete():
+        if not self.is_concrete() and not kw.existing:
             self.validate_pairs()
             self.cls._opclass_record = None  # type: ignore[attr-defined]
             self.cls._opclass_call = None  # type: ignore[attr-defined]
@@ -405,6 +470,8 @@ class OpBuilder:
         self.validate_kernels(schema, kw)
         signature = _schema.python_signature(schema)
         self.validate_hooks(qualname, schema, signature, kw.tags)
+        if kw.existing:
+            self.validate_existing(qualname)
         self.register(self.build(kw, ns, name, overload, schema))
 
 
@@ -415,7 +482,12 @@ def install(spec: OpSpec) -> OpRecord:
     registrations are already on the record, for :func:`_record.destroy` to drop.
     """
     record = OpRecord(spec)
-    _register.define(record)
+    # Asked before this install registers anything: does the op run under FakeTensor already?
+    needs_fake = not spec.existing or not _existing.has_fake(spec.qualname)
+    if spec.existing:
+        _existing.attach(record)
+    else:
+        _register.define(record)
     lib = record.lib
     # Registry order, not class-body order: an installer may rely on earlier hooks' results.
     try:
@@ -427,9 +499,10 @@ def install(spec: OpSpec) -> OpRecord:
                 lib.installing = name
                 hook.install(record, spec.hooks[name])
         lib.installing = None
-        _register.register_default_fake(record)
+        if needs_fake:
+            _register.register_default_fake(record)
         record.plan = build_plan(record, lib.registrations)
-        _register.register_core(record)
+        (_existing.register_core if spec.existing else _register.register_core)(record)
     except BaseException:
         _record.destroy(record)
         raise
@@ -466,3 +539,12 @@ def _python_params(schema: torch._C.FunctionSchema) -> str:
             star = True
         parts.append(a.name + ("=..." if a.has_default_value() else ""))
     return "(" + ", ".join(parts) + ")"
+
+
+def _existing_overload(qualname: str) -> torch._ops.OpOverload | None:
+    ns, _, rest = qualname.partition("::")
+    name, _, overload = rest.partition(".")
+    try:
+        return getattr(getattr(getattr(torch.ops, ns), name), overload or "default")  # type: ignore[no-any-return]
+    except (AttributeError, RuntimeError):
+        return None

@@ -16,4 +16,4 @@ __all__ = ["CLASS_KEYWORDS", "DEVICE_TYPES"]
 DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "hpu", "mtia", "xla", "ipu", "maia", "hip", "privateuseone")
 
 #: The keywords ``CustomOp.__init_subclass__`` takes.
-CLASS_KEYWORDS = ("name", "namespace", "mutates_args", "schema", "tags")
+CLASS_KEYWORDS = ("name", "namespace", "mutates_args", "schema", "tags", "existing")

@@ -141,10 +141,12 @@ class CustomOp(metaclass=OpMeta):
     inherited ``namespace``; default: the class name in snake_case), ``namespace`` (inherited by
     subclasses), ``mutates_args`` (names of the Tensor arguments the op writes to, any iterable;
     ``"unknown"``, as in torch, marks every Tensor argument written), ``schema`` (an
-    explicit schema string) and ``tags`` (``torch.Tag`` or a sequence of them).
+    explicit schema string), ``tags`` (``torch.Tag`` or a sequence of them) and ``existing``
+    (``True``: attach the class's hooks to an op defined elsewhere, e.g. in C++; see the guide
+    page "Extending existing ops").
 
-    A class that defines no kernel (``cpu``, ``cuda``, ``default``, ...) is an abstract base and
-    registers nothing. Calling an op class calls the op and returns its result.
+    A class that defines no kernel (``cpu``, ``cuda``, ``default``, ...) and no ``existing=True``
+    is an abstract base and registers nothing. Calling an op class calls the op and returns its result.
 
     Example:
         >>> import torch, opclass
@@ -193,12 +195,13 @@ class CustomOp(metaclass=OpMeta):
         mutates_args: Iterable[str] | None = None,
         schema: str | None = None,
         tags: torch.Tag | Iterable[torch.Tag] | None = None,
+        existing: bool | None = None,
         **unknown: Never,
     ) -> None:
         # Unknown keywords are definition errors (with a did-you-mean), not forwarded: a mixin
         # that takes class keywords goes before CustomOp in the bases and consumes its own.
         # Typed Never so that type checkers flag them too.
-        given = {"name": name, "namespace": namespace, "mutates_args": mutates_args, "schema": schema, "tags": tags}
+        given = {"name": name, "namespace": namespace, "mutates_args": mutates_args, "schema": schema, "tags": tags, "existing": existing}
         OpBuilder(cls, given, unknown).run()
 
     if not TYPE_CHECKING:

@@ -98,8 +98,10 @@ def build_plan(record: OpRecord, registrations: list[Registration]) -> CallPlan:
         else:
             notes.append(f"{device} runs the kernel {_who(reached)} registered at {reached.key}")
     configs = config_classes(record)
-    off = _why_off(record, foreign, kernels, configs)
-    grad = "eager" if record.eager_autograd else "dispatcher" if spec.mutated or spec.is_out else "function"
+    off = _why_off(record, foreign, kernels, configs, notes)
+    # An extended op without a formula gets no Autograd kernel of ours: grad is the dispatcher's.
+    own_autograd = not spec.existing or "backward" in spec.hooks
+    grad = "eager" if record.eager_autograd else "dispatcher" if spec.mutated or spec.is_out or not own_autograd else "function"
     returns = [str(r.real_type) for r in spec.schema.returns]
     single = returns == ["Tensor"] and not spec.mutated
     return CallPlan(kernels if not foreign else {}, autocast, grad, single, off, tuple(notes), configs)
@@ -113,11 +115,16 @@ def _who(r: Registration) -> str:
     return "another Library" if r.fn is _outside else f"hook {r.hook!r}" if r.hook else "opclass"
 
 
-def _why_off(record: OpRecord, foreign: list[Registration], kernels: Mapping[str, Kernel], configs: Mapping[str, type]) -> str | None:
+def _why_off(record: OpRecord, foreign: list[Registration], kernels: Mapping[str, Kernel], configs: Mapping[str, type], notes: list[str]) -> str | None:
     if foreign:
         return "; ".join(f"{_who(r)} registered a kernel at {r.key}" for r in foreign)
     if not kernels:
-        return "no cpu or cuda kernel"
+        # A kernel someone else registered (an extended op's C++ one) is no kernel of the op's own.
+        return "; ".join(notes) if notes else "no cpu or cuda kernel"
+    if record.spec.existing and record.spec.mutated:
+        # Its version counters are whatever the dispatcher does for it (opclass adds no
+        # ADInplaceOrView kernel to a foreign op), which a fast path could not match.
+        return "the op was defined elsewhere and mutates its arguments"
     from ._fastpath import has_guard  # the guard writer knows which types it can check
 
     arguments = record.spec.schema.arguments

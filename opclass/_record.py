@@ -49,6 +49,8 @@ class OpSpec:
     mutated: tuple[int, ...] = ()
     #: Names of the arguments the op writes to, in the order of ``mutated``.
     mutated_names: tuple[str, ...] = ()
+    #: ``existing=True``: the class extends an op defined elsewhere (its install defines nothing).
+    existing: bool = False
 
     @property
     def is_inplace(self) -> bool:
@@ -172,7 +174,8 @@ def set_live(record: OpRecord) -> OpRecord | None:
 def destroy(record: OpRecord) -> None:
     """Drop every dispatcher registration of ``record`` (idempotent)."""
     record.live = False
-    _side_effectful_functions.discard(record.op)
+    if not record.existing:  # an extended op's entry, if any, is not ours
+        _side_effectful_functions.discard(record.op)
     while record.cleanups:
         record.cleanups.pop()()
     if record.lib is not None:

@@ -15,6 +15,7 @@ from torch.fx.node import _side_effectful_functions
 
 from . import _eager
 from ._alias import check_outputs, output_is_fresh
+from ._default_fake import default_as_fake, no_fake_message
 from ._autograd import build_autograd_functions, bump_mutated, make_autograd_kernel
 from ._plan import Registration
 from ._record import OpRecord
@@ -120,7 +121,8 @@ def register_core(record: OpRecord) -> None:
 
 
 def register_default_fake(record: OpRecord) -> None:
-    """The fake kernel when the class has no ``abstract``: generated where torch generates one."""
+    """The fake kernel when the class has no ``abstract``: generated where torch generates one,
+    else ``default`` run on the fake tensors (see :mod:`opclass._default_fake`)."""
     assert record.lib is not None
     if record.fake is not None:
         return
@@ -136,14 +138,13 @@ def register_default_fake(record: OpRecord) -> None:
 
     elif not returns:
         fake = lambda *args, **kwargs: None  # noqa: E731
+    elif None in record.kernels:
+        fake = default_as_fake(record.qualname, record.cls_name, record.kernels[None].checked)
     else:
-        qualname, cls_name = record.qualname, record.cls_name
+        message = no_fake_message(record.qualname, record.cls_name)
 
         def fake(*args: Any, **kwargs: Any) -> Any:
-            raise RuntimeError(
-                f"{qualname} has no fake kernel, which torch.compile, torch.export and FakeTensor need: "
-                f"define {cls_name}.abstract (same arguments; build outputs with torch.empty_like etc.)"
-            )
+            raise RuntimeError(message)
 
     record.fake = fake
     record.lib._register_fake(record.overload_name(), fake, _stacklevel=1)

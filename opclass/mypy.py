@@ -40,6 +40,7 @@ from mypy.nodes import (
     EllipsisExpr,
     FloatExpr,
     IntExpr,
+    NameExpr,
     StrExpr,
     TypeInfo,
     Var,
@@ -106,7 +107,10 @@ def _add_signature(ctx: ClassDefContext) -> None:
     info = ctx.cls.info
     schema = ctx.cls.keywords.get("schema")
     own_schema = schema.value if isinstance(schema, StrExpr) else None
-    info.metadata[_META] = {"abstract": _is_abstract(info), "schema": own_schema}
+    # existing=True: the op is defined elsewhere, so a class with no kernel (abstract, a formula) is an op.
+    existing = ctx.cls.keywords.get("existing")
+    extends = isinstance(existing, NameExpr) and existing.fullname == "builtins.True"
+    info.metadata[_META] = {"abstract": _is_abstract(info) and not extends, "schema": own_schema}
     sig = _kernel_signature(info)
     if sig is None and own_schema is not None:
         sig = _schema_signature(ctx.api, own_schema)
@@ -134,6 +138,13 @@ def _check_keywords(ctx: ClassDefContext) -> None:
         where = 'for "__init_subclass__" of "CustomOp"'
         if key not in _CLASS_KEYWORDS:
             ctx.api.fail(f'Unexpected keyword argument "{key}" {where}', expr, code=CALL_ARG)
+        elif key == "existing" and (type(expr) in _NOT_STR or isinstance(expr, StrExpr)):
+            found = "str" if isinstance(expr, StrExpr) else _NOT_STR[type(expr)]
+            ctx.api.fail(
+                f'Argument "existing" to "__init_subclass__" of "CustomOp" has incompatible type "{found}"; expected "bool | None"',
+                expr,
+                code=ARG_TYPE,
+            )
         elif key in ("name", "namespace", "schema") and type(expr) in _NOT_STR:
             found = _NOT_STR[type(expr)]
             ctx.api.fail(

@@ -203,9 +203,12 @@ class _CheckFailed(Exception):
 
 
 def _has_fake(record: OpRecord) -> bool:
-    """Whether the op has a working fake kernel: ``abstract``, or one opclass generated."""
-    if "abstract" in record.hooks:
+    """Whether the op has a fake kernel: ``abstract``, ``default`` (run on fake tensors), the
+    extended op's own, or one opclass generated."""
+    if "abstract" in record.hooks or None in record.kernels:
         return True
+    if record.existing and record.fake is None:
+        return True  # the install generated none: the op had a fake kernel of its own
     # Without abstract, opclass generates a fake kernel that works for in-place and out= ops and
     # ops returning nothing; for ops returning Tensors it only raises "define abstract".
     return record.fake is not None and (record.is_inplace or record.is_out or not record.schema.returns)
@@ -618,8 +621,8 @@ def check_op(
             counter, values, which output is an input), what ``backward`` does, the inputs
             afterwards (values, version counters) and their gradients.
         test_utils: the opcheck test utils; default all four, without ``test_faketensor`` and
-            ``test_aot_dispatch_dynamic`` when the op has no fake kernel (no ``abstract``, and
-            none that opclass generates).
+            ``test_aot_dispatch_dynamic`` when the op has no fake kernel (no ``abstract``, no
+            ``default``, and none that opclass generates).
 
     Raises:
         AssertionError: a check failed; the message names the op, the sample (index and name)

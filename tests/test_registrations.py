@@ -332,16 +332,30 @@ def test_meta_tensors_use_abstract_not_default(ns: str) -> None:
     assert calls == [("abstract", "meta")]
 
 
-def test_meta_tensors_without_abstract_raise_like_custom_op(ns: str) -> None:
-    """Like ``torch.library.custom_op``: ``default`` alone does not serve meta tensors."""
+def test_meta_tensors_without_abstract_run_default(ns: str) -> None:
+    """Like a ``CompositeExplicitAutograd`` kernel of ``Library.impl``: ``default`` alone serves
+    meta tensors (it is the fake kernel too)."""
+    calls: list[str] = []
 
     class OnlyDefault(CustomOp, name=f"{ns}::only_default_meta"):
         @staticmethod
         def default(x: Tensor) -> Tensor:
+            calls.append(x.device.type)
+            return x + 1
+
+    y = OnlyDefault(torch.zeros(2, device="meta"))
+    assert y.is_meta and y.shape == (2,)
+    assert calls == ["meta"]
+
+
+def test_meta_tensors_without_abstract_or_default_raise(ns: str) -> None:
+    class OnlyCpu(CustomOp, name=f"{ns}::only_cpu_meta"):
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
             return x + 1
 
     with pytest.raises(RuntimeError, match="no fake kernel"):
-        OnlyDefault(torch.zeros(2, device="meta"))
+        OnlyCpu(torch.zeros(2, device="meta"))
 
 
 def test_only_default_runs_on_cpu(ns: str) -> None:

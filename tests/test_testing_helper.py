@@ -304,7 +304,7 @@ def test_check_op_keyword_only(ns: str) -> None:
 def test_check_op_without_fake_kernel_skips_fake_tests(ns: str) -> None:
     class NoFake(CustomOp, name=f"{ns}::no_fake"):
         @staticmethod
-        def default(x: Tensor) -> Tensor:
+        def cpu(x: Tensor) -> Tensor:
             return x * 2
 
     check_op(NoFake, [(torch.randn(3),)])  # test_faketensor / test_aot_dispatch_dynamic left out

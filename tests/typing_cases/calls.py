@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 from typing_extensions import reveal_type
 
-from ops import AddInto, FromSchema, MinMax, Scale, ScaleVariant, SinCpu, WeightedSum
+from ops import AddInto, ForeignDouble, ForeignNeg, FromSchema, MinMax, Scale, ScaleVariant, SinCpu, WeightedSum
 
 x = torch.ones(3)
 
@@ -34,6 +34,16 @@ reveal_type(AddInto(x, x))
 # M: note: Revealed type is "torch._tensor.Tensor"
 # P: information: Type of "ScaleVariant(x, 1.5)" is "Tensor"
 reveal_type(ScaleVariant(x, 1.5))
+# existing=True: an op defined elsewhere, typed from the class's kernel.
+# M: note: Revealed type is "torch._tensor.Tensor"
+# P: information: Type of "ForeignDouble(x)" is "Tensor"
+reveal_type(ForeignDouble(x))
+# Typed from abstract under mypy; pyright cannot see existing=True and takes a class with no
+# kernel for an abstract base (a known limit: annotate a kernel, or call ForeignNeg.op).
+# M: note: Revealed type is "torch._tensor.Tensor"
+# P: error: Argument of type "Tensor" cannot be assigned to parameter "_abstract_op_base_has_no_kernel" of type "Never" in function "__call__"  [reportArgumentType]
+# P: information: Type of "ForeignNeg(x)" is "Unknown"
+reveal_type(ForeignNeg(x))
 
 # The signature from schema= (mypy plugin only; pyright infers from the unannotated kernel).
 # M: note: Revealed type is "tuple[torch._tensor.Tensor, torch._tensor.Tensor]"

@@ -23,3 +23,10 @@ class BadKeyword(CustomOp, name="typing_cases::bad_keyword", mutates=("x",)):
     @staticmethod
     def default(x: Tensor) -> None:
         x.zero_()
+
+
+# M: error: Argument "existing" to "__init_subclass__" of "CustomOp" has incompatible type "str"; expected "bool | None"  [arg-type]
+# P: error: Incorrect keyword arguments for __init_subclass__ method  [reportGeneralTypeIssues]
+# P: error: Argument of type "Literal['yes']" cannot be assigned to parameter "existing" of type "bool | None" in function "__init_subclass__"  [reportArgumentType]
+class BadExisting(CustomOp, name="typing_cases::scale", existing="yes"):
+    pass

@@ -37,6 +37,27 @@ class AddInto(CustomOp, name="typing_cases::add_into", mutates_args=("out",)):
         out.add_(x)
 
 
+# Ops defined outside opclass (as a C++ library would), which the classes below extend.
+_foreign = torch.library.Library("typing_cases", "FRAGMENT")  # type: ignore[no-untyped-call]
+_foreign.define("foreign_double(Tensor x) -> Tensor")  # type: ignore[no-untyped-call]
+_foreign.define("foreign_neg(Tensor x) -> Tensor")  # type: ignore[no-untyped-call]
+_foreign.impl("foreign_neg", lambda x: -x, "CPU")  # type: ignore[no-untyped-call]
+
+
+class ForeignDouble(CustomOp, name="typing_cases::foreign_double", existing=True):
+    @staticmethod
+    def default(x: Tensor) -> Tensor:
+        return x * 2
+
+
+class ForeignNeg(CustomOp, name="typing_cases::foreign_neg", existing=True):
+    """Only a fake kernel: the op's own CPU kernel computes."""
+
+    @staticmethod
+    def abstract(x: Tensor) -> Tensor:
+        return torch.empty_like(x)
+
+
 class SinBase(CustomOp, namespace="typing_cases"):
     """An abstract op base: a fake kernel, no real one."""
 
