@@ -18,9 +18,11 @@ from ._hooks import Hook, HookContext, hooks, register_hook, unregister_hook
 from ._op import CustomOp, OpMeta
 from ._record import OpRecord, remove, remove_namespace
 from ._schema import SUPPORTED_TYPES
+from ._traceable import traceable_hook
 from .errors import OpDefinitionError
 
 register_builtin_hooks()
+register_hook(traceable_hook())  # after the device hooks: it replaces their kernels
 
 __all__ = [
     "CustomOp",
