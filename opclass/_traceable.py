@@ -101,7 +101,7 @@ def eager_kernel(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def eager(*args: Any, **kwargs: Any) -> Any:
-        before = getattr(_WRAP, "value", True)
+        before = getattr(_WRAP, "value", _torch_triton.wrap_triton_enabled_default)
         _WRAP.value = False
         try:
             return fn(*args, **kwargs)
@@ -122,7 +122,7 @@ def _device_type(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     return device
 
 
-def _decomposition_rule(record: OpRecord, traced: dict[str, Callable[..., Any]]) -> Callable[..., Any]:
+def _decomposition_rule(traced: dict[str, Callable[..., Any]]) -> Callable[..., Any]:
     """The FunctionalTensorMode rule: run the traced kernel under the mode (torch's triton_op
     ``functional_decomp``), or keep the op as one node for untraced devices and torch.export."""
     default = traced.get("")
@@ -177,7 +177,7 @@ def _install(record: OpRecord, value: Any) -> None:
             # Replacing the device hook's kernel at its own key is the point, not a mistake.
             warnings.filterwarnings("ignore", message="Warning only once for all operators")
             lib.impl(name, replacement.checked, key)
-    _install_torch_dispatch(record, {FunctionalTensorMode: _decomposition_rule(record, by_device)})
+    _install_torch_dispatch(record, {FunctionalTensorMode: _decomposition_rule(by_device)})
     if "abstract" not in record.hooks and record.schema.returns and not (record.is_inplace or record.is_out):
         _install_abstract(record, _fake_kernel(record, by_device))
     _inner_kernels(record).add(record, list(by_device.values()))
