@@ -9,8 +9,10 @@ import torch
 from . import _native, _record
 from ._builder import OpBuilder
 from ._builtin import register_builtin_hooks
+from ._hooks import register_hook
 from ._record import OpRecord
 from ._shield import shield
+from ._traceable import traceable_hook
 
 if TYPE_CHECKING:
     from typing_extensions import Never
@@ -289,3 +291,4 @@ class CustomOp(metaclass=OpMeta):
 # Here, not in the package's __init__ (which imports nothing, for opclass.mypy): any op class needs
 # this module, so the built-in hooks are registered, first, whichever way opclass is entered.
 register_builtin_hooks()
+register_hook(traceable_hook())  # after the device hooks: it replaces their kernels

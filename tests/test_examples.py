@@ -52,6 +52,7 @@ config_object = _load("config_object")
 dtensor_sharding = _load("dtensor_sharding")
 testing_ops = _load("testing_ops")
 eager_autograd = _load("eager_autograd")
+triton_add = _load("triton_add")
 NumpySin = numpy_sin.NumpySin
 AddInto, Sin_, SinOut = mutable_ops.AddInto, mutable_ops.Sin_, mutable_ops.SinOut
 WeightedSum = list_inputs.WeightedSum
@@ -62,6 +63,7 @@ SoftplusNumpy, SoftplusTorch = variants.SoftplusNumpy, variants.SoftplusTorch
 FakeQuant, QuantConfig = config_object.FakeQuant, config_object.QuantConfig
 ShardedScale, ColumnSum = dtensor_sharding.Scale, dtensor_sharding.ColumnSum
 SoftClip = eager_autograd.SoftClip
+TritonAdd = triton_add.TritonAdd
 
 
 # --------------------------------------------------------------------------- running the scripts
@@ -81,7 +83,7 @@ def test_example_script_runs(script: str) -> None:
 
 
 def test_examples_have_docstring_and_main() -> None:
-    for module in (numpy_sin, mutable_ops, list_inputs, factory, data_dependent, vmap_rule, variants, testing_ops, eager_autograd):
+    for module in (numpy_sin, mutable_ops, list_inputs, factory, data_dependent, vmap_rule, variants, testing_ops, eager_autograd, triton_add):
         stem = module.__name__
         assert module.__doc__ and module.__doc__.strip(), stem
         assert callable(getattr(module, "main", None)), stem
@@ -155,6 +157,10 @@ def _mul_fn(x: Tensor, y: Tensor) -> Tensor:
 
 def _soft_clip_fn(x: Tensor) -> Tensor:
     return SoftClip(x, 2.0) * 2
+
+
+def _triton_add_fn(x: Tensor, y: Tensor) -> Tensor:
+    return TritonAdd(x, y) * 2
 
 
 def _softplus_numpy_fn(x: Tensor) -> Tensor:
@@ -261,6 +267,12 @@ CASES = [
         compile_fn=_soft_clip_fn,
         grad_inputs=lambda: (_r(2, 5, dtype=torch.double),),
         grad_fn=_soft_clip_fn,
+    ),
+    Case(
+        "triton_add", "triton_add", "TritonAdd",
+        samples=lambda: [((torch.randn(3, 4), torch.randn(3, 4)), {}), ((torch.randn(()), torch.randn(())), {})],
+        inputs=lambda: (torch.randn(3, 4), torch.randn(3, 4)),
+        compile_fn=_triton_add_fn,
     ),
     *(
         Case(
