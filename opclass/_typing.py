@@ -5,7 +5,10 @@ a union of protocols, one per kernel hook (``default``, then the device kernels)
 one static method. pyright binds the class to the first member it matches, so a ParamSpec captures
 that kernel's parameters and its return type. A class with no kernel matches only the last
 member, whose method is ``CustomOp``'s typing-only ``_abstract_op_base_has_no_kernel``: calling
-it is an error that says so.
+it is an error that says so. ``abstract`` comes just before it: an op extended with
+``existing=True`` often defines only the fake kernel (its real kernels are the C++ ones), and pyright
+cannot see the class keyword; the price is that an abstract base with an ``abstract`` hook and no
+kernel is not flagged by pyright (mypy's plugin, which reads the keyword, still flags it).
 
 One union, not one overload per hook: when no overload of a call matches, pyright reports either
 "No overloads for __call__ match" or the error of whichever overload the arguments fit best (a
@@ -71,6 +74,10 @@ class HasPrivateuseone(Protocol[P, R]):
     @staticmethod
     def privateuseone(*args: P.args, **kwargs: P.kwargs) -> R: ...
 
+class HasAbstract(Protocol[P, R]):
+    @staticmethod
+    def abstract(*args: P.args, **kwargs: P.kwargs) -> R: ...
+
 class NoKernel(Protocol[P, R]):
     @staticmethod
     def _abstract_op_base_has_no_kernel(*args: P.args, **kwargs: P.kwargs) -> R: ...
@@ -88,5 +95,6 @@ Kernel: TypeAlias = Union[
     type[HasMaia[P, R]],
     type[HasHip[P, R]],
     type[HasPrivateuseone[P, R]],
+    type[HasAbstract[P, R]],
     type[NoKernel[P, R]],
 ]

@@ -38,11 +38,9 @@ reveal_type(ScaleVariant(x, 1.5))
 # M: note: Revealed type is "torch._tensor.Tensor"
 # P: information: Type of "ForeignDouble(x)" is "Tensor"
 reveal_type(ForeignDouble(x))
-# Typed from abstract under mypy; pyright cannot see existing=True and takes a class with no
-# kernel for an abstract base (a known limit: annotate a kernel, or call ForeignNeg.op).
+# Typed from abstract, its only annotated hook (the real kernel is the existing op's).
 # M: note: Revealed type is "torch._tensor.Tensor"
-# P: error: Argument of type "Tensor" cannot be assigned to parameter "_abstract_op_base_has_no_kernel" of type "Never" in function "__call__"  [reportArgumentType]
-# P: information: Type of "ForeignNeg(x)" is "Unknown"
+# P: information: Type of "ForeignNeg(x)" is "Tensor"
 reveal_type(ForeignNeg(x))
 
 # The signature from schema= (mypy plugin only; pyright infers from the unannotated kernel).

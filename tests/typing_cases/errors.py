@@ -7,7 +7,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ops import MinMax, Scale, ScaleVariant, SinBase, WeightedSum
+from ops import MinMax, NoKernelBase, Scale, ScaleVariant, WeightedSum
 
 x = torch.ones(3)
 
@@ -41,6 +41,6 @@ single: Tensor = MinMax(x)
 # M: error: Incompatible types in assignment (expression has type "type[Scale]", variable has type "Callable[[int], Tensor]")  [assignment]
 # P: error: Type "type[Scale]" is not assignable to declared type "(int) -> Tensor"  [reportAssignmentType]
 wrong: Callable[[int], Tensor] = Scale
-# M: error: "SinBase" is an abstract op base (it defines no kernel such as cpu, cuda or default); subclass it and define a kernel to make an op  [misc]
+# M: error: "NoKernelBase" is an abstract op base (it defines no kernel such as cpu, cuda or default); subclass it and define a kernel to make an op  [misc]
 # P: error: Argument of type "Tensor" cannot be assigned to parameter "_abstract_op_base_has_no_kernel" of type "Never" in function "__call__"  [reportArgumentType]
-SinBase(x)
+NoKernelBase(x)

@@ -66,6 +66,10 @@ class SinBase(CustomOp, namespace="typing_cases"):
         return torch.empty_like(x)
 
 
+class NoKernelBase(CustomOp, namespace="typing_cases"):
+    """An abstract op base with no hook at all."""
+
+
 class SinCpu(SinBase, name="sin_cpu"):
     @staticmethod
     def cpu(x):  # type: ignore[no-untyped-def]
