@@ -20,23 +20,3 @@ from ._op import CustomOp, OpMeta
 from ._record import OpRecord, remove, remove_namespace
 from ._schema import SUPPORTED_TYPES
 from .errors import OpDefinitionError
-
-
-__all__ = [
-    "CustomOp",
-    "DEVICE_TYPES",
-    "Hook",
-    "HookContext",
-    "OpDefinitionError",
-    "OpMeta",
-    "OpRecord",
-    "SUPPORTED_TYPES",
-    "device_hook",
-    "guard_backend",
-    "guard_info",
-    "hooks",
-    "register_hook",
-    "remove",
-    "remove_namespace",
-    "unregister_hook",
-]
