@@ -34,6 +34,8 @@ import opclass
 import opclass.testing
 from opclass import CustomOp, OpDefinitionError, _sharding
 
+from _versions import needs_tag
+
 ROOT = Path(__file__).resolve().parent.parent
 OPS_FILE = Path(__file__).with_name("_sharding_ops.py")
 HAS_GLOO = dist.is_available() and dist.is_gloo_available()
@@ -191,6 +193,7 @@ def test_needs_a_fake_kernel(ns: str) -> None:
     assert info.value.fix == "define abstract(x, factor) returning empty outputs of the right shape"
 
 
+@needs_tag("inplace", "out")
 def test_generated_fake_kernels_are_enough(ns: str) -> None:
     """Ops returning nothing, in-place and out= ops get a generated fake kernel: no abstract needed."""
 
@@ -671,7 +674,7 @@ def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[dict[st
     yield ranks
 
 
-@pytest.mark.parametrize("check", list(ops_module.CHECKS))
+@pytest.mark.parametrize("check", [pytest.param(c, marks=needs_tag(*ops_module.CHECK_TAGS.get(c, ()))) for c in ops_module.CHECKS])
 def test_two_processes(two_ranks: list[dict[str, Any]], check: str) -> None:
     for rank, r in enumerate(two_ranks):
         result = r["results"].get(check)
