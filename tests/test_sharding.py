@@ -600,7 +600,7 @@ def test_fast_path_is_unchanged(ns: str) -> None:
 
 def _opcheck_samples(ops: Any) -> list[tuple[Any, tuple[Any, ...], dict[str, Any]]]:
     x, y = torch.randn(4, 6), torch.randn(4, 6)
-    return [
+    samples = [
         (ops.Scale, (x,), {}),
         (ops.Scale, (x, 2.5), {}),
         (ops.ColumnSum, (x,), {}),
@@ -612,6 +612,7 @@ def _opcheck_samples(ops: Any) -> list[tuple[Any, tuple[Any, ...], dict[str, Any
         (ops.Neg_, (x.clone(),), {}),
         (ops.NegOut, (x,), {"out": torch.empty(4, 6)}),
     ]
+    return [s for s in samples if s[0] is not None]  # torch 2.11 defines no Neg_/NegOut (no Tag.inplace/Tag.out)
 
 
 def test_opcheck_on_plain_tensors(ns: str) -> None:
