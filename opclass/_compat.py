@@ -4,7 +4,7 @@ opclass supports torch 2.11 to 2.15 (docs/getting-started.md lists what each lac
 ask this one instead of probing ``torch`` themselves, so a difference between releases is decided
 in one place, by looking for the feature rather than comparing version numbers.
 
-* ``torch.Tag.inplace`` and ``torch.Tag.out`` (torch 2.12+): ``INPLACE_TAG``/``OUT_TAG`` are None
+* ``torch.Tag.inplace`` and ``torch.Tag.out`` (torch 2.13+): ``INPLACE_TAG``/``OUT_TAG`` are None
   before. A user cannot spell a missing tag, so opclass's inplace/out rules simply never apply
   there; ops that mutate are defined with ``mutates_args`` alone.
 * Opaque value types (what config objects become): torch 2.12+ takes any class with ``__eq__``

@@ -179,7 +179,7 @@ def define_ops(ns: str) -> Ops:
 
             return [([p], [p] * len(xs) + [None]) for p in (Replicate(), Shard(0))]
 
-    if _compat.INPLACE_TAG is None or _compat.OUT_TAG is None:  # torch 2.11: check_inplace_and_out is skipped
+    if _compat.INPLACE_TAG is None or _compat.OUT_TAG is None:  # torch 2.11/2.12: check_inplace_and_out is skipped
         return Ops(Scale, ColumnSum, Cumsum, RowMinMax, AddInto, AddScaled, WeightedTotal, None, None, calls)
 
     class Neg_(CustomOp, name=f"{ns}::neg_", mutates_args=("x",), tags=torch.Tag.inplace):

@@ -14,7 +14,7 @@ import torch
 
 from opclass import _compat
 
-# The tags opclass gives rules to: torch 2.11 has neither.
+# The tags opclass gives rules to: torch 2.11 and 2.12 have neither.
 _TAGS = {"inplace": _compat.INPLACE_TAG, "out": _compat.OUT_TAG}
 
 

@@ -64,7 +64,7 @@ def _names(source: str) -> tuple[set[str], set[str]]:
 def test_doc_file(path: Path) -> None:
     """Run the file's python blocks in one fresh namespace; they must leave no op behind.
 
-    A block that tags an op with a tag this torch lacks (torch 2.11: ``Tag.inplace``, ``Tag.out``)
+    A block that tags an op with a tag this torch lacks (torch 2.11, 2.12: ``Tag.inplace``, ``Tag.out``)
     is left out, with the blocks that read what it defines; the rest run, then the test is
     reported skipped, naming the blocks."""
     if path.name == "config-objects.md" and missing_opaque_values() is not None:

@@ -26,7 +26,7 @@ OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor",
 
 
 def _unavailable(path: Path) -> str | None:
-    """Why an example cannot run on this torch (torch 2.11: no Tag.inplace/Tag.out, no config objects)."""
+    """Why an example cannot run on this torch (torch 2.11, 2.12: no Tag.inplace/Tag.out; 2.11: no config objects)."""
     if path.stem == "config_object":
         return missing_opaque_values()
     return missing_tags(*tags_in(path.read_text(encoding="utf-8")))

@@ -824,7 +824,7 @@ CORPUS: dict[str, Callable[[str], OpCase]] = {
 }
 
 
-# Corpus ops tagged with a tag some supported torch lacks (torch 2.11: Tag.inplace, Tag.out).
+# Corpus ops tagged with a tag some supported torch lacks (torch 2.11, 2.12: Tag.inplace, Tag.out).
 _CORPUS_TAGS = {"inplace": "inplace", "out": "out"}
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -612,7 +613,7 @@ def _opcheck_samples(ops: Any) -> list[tuple[Any, tuple[Any, ...], dict[str, Any
         (ops.Neg_, (x.clone(),), {}),
         (ops.NegOut, (x,), {"out": torch.empty(4, 6)}),
     ]
-    return [s for s in samples if s[0] is not None]  # torch 2.11 defines no Neg_/NegOut (no Tag.inplace/Tag.out)
+    return [s for s in samples if s[0] is not None]  # torch 2.11/2.12 define no Neg_/NegOut (no Tag.inplace/Tag.out)
 
 
 def test_opcheck_on_plain_tensors(ns: str) -> None:
@@ -637,9 +638,11 @@ def _launch(tmp: Path, timeout: float) -> list[dict[str, Any]]:
     port = _free_port()
     files = [(tmp / f"rank{r}.out", tmp / f"rank{r}.err") for r in range(2)]
     procs = []
+    # The checkout's opclass, as in this process, not whichever one the environment has installed.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
     for rank, (out, err) in enumerate(files):
         with open(out, "w") as fo, open(err, "w") as fe:  # files, not pipes: a full pipe cannot stall a rank
-            procs.append(subprocess.Popen([sys.executable, "-X", "faulthandler", str(OPS_FILE), str(rank), "2", str(port)], stdout=fo, stderr=fe, cwd=ROOT))
+            procs.append(subprocess.Popen([sys.executable, "-X", "faulthandler", str(OPS_FILE), str(rank), "2", str(port)], stdout=fo, stderr=fe, cwd=ROOT, env=env))
     deadline = time.monotonic() + timeout
     timed_out = False
     for proc in procs:

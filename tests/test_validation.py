@@ -938,7 +938,7 @@ def torch_dispatch_rule_not_callable(ns: str) -> None:
             return x + 1
 
 
-# A case that spells a tag the installed torch lacks (torch 2.11: Tag.inplace, Tag.out) is skipped.
+# A case that spells a tag the installed torch lacks (torch 2.11, 2.12: Tag.inplace, Tag.out) is skipped.
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=needs_tag(*tags_in(inspect.getsource(c.build)))) for c in CASES])
 def test_broken_definition(ns: str, case: Case) -> None:
     with pytest.raises(OpDefinitionError) as info:

@@ -1,4 +1,4 @@
-"""Supported torch versions: the declared range, tools/test-torch-versions, and what 2.11 lacks.
+"""Supported torch versions: the declared range, tools/test-torch-versions, and what 2.11 and 2.12 lack.
 
 ``opclass._compat`` decides by feature what the installed torch offers; these tests check that
 its answers hold for the torch installed (the suite runs on each supported release through
@@ -82,7 +82,7 @@ def test_script_help_and_bad_version() -> None:
 
 
 def test_mutation_tags_follow_torch() -> None:
-    """Where torch has the tags, opclass applies their rules; where it has none (2.11), an op that
+    """Where torch has the tags, opclass applies their rules; where it has none (2.11, 2.12), an op that
     mutates and returns its input is an ordinary mutating op, held to the aliasing rule."""
     assert set(_compat.MUTATION_TAGS) == {t for t in (getattr(torch.Tag, "inplace", None), getattr(torch.Tag, "out", None)) if t is not None}
     for tag in _compat.MUTATION_TAGS:
