@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping
 
 import torch
 
-from . import _existing, _record, _register, _schema
+from . import _compat, _existing, _record, _register, _schema
 from ._codegen import install_call
 from ._hooks import Hook, HookContext, hooks
 from ._names import CLASS_KEYWORDS as _CLASS_KEYWORDS
@@ -170,7 +170,7 @@ class OpBuilder:
         tags = (tags,) if isinstance(tags, torch.Tag) else tuple(tags) if isinstance(tags, Iterable) else tags
         if not isinstance(tags, tuple) or not all(isinstance(t, torch.Tag) for t in tags):
             self.fail(None, f"tags={kw.get('tags')!r} must be torch.Tag values", "write e.g. tags=torch.Tag.needs_fixed_stride_order")
-        if torch.Tag.inplace in tags and torch.Tag.out in tags:
+        if _compat.tagged_inplace(tags) and _compat.tagged_out(tags):
             self.fail(None, "torch.Tag.inplace and torch.Tag.out are mutually exclusive", "pick one")
         schema = kw.get("schema")
         if schema is not None and not isinstance(schema, str):

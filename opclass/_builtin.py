@@ -12,6 +12,7 @@ from torch import _C
 
 from . import _debug, _eager
 from ._alias import check_arity
+from ._compat import MUTATION_TAGS, OUT_TAG, tagged_out
 from ._hooks import Hook, HookContext, positional_count as _positional_count, register_hook
 from ._record import Kernel, OpRecord
 from ._shield import shield
@@ -78,13 +79,13 @@ def _install_abstract(record: OpRecord, fn: Callable[..., Any]) -> None:
 
 
 def _check_abstract(fn: Any, ctx: HookContext) -> None:
-    tag = next((t for t in (torch.Tag.inplace, torch.Tag.out) if t in ctx.tags), None)
+    tag = next((t for t in MUTATION_TAGS if t in ctx.tags), None)
     if tag is None:
         return
     # Not an error: it works as written (and wins), as torch.library allows one too.
     message = (
         f"{formatdef(ctx.cls_name, 'abstract', fn)}: unnecessary: opclass generates the fake kernel of an op "
-        f"tagged torch.Tag.{tag.name} (it returns the mutated argument{'s' if tag is torch.Tag.out else ''}); remove it"
+        f"tagged torch.Tag.{tag.name} (it returns the mutated argument{'s' if tag is OUT_TAG else ''}); remove it"
     )
     code = getattr(fn, "__code__", None)
     if code is not None:
@@ -97,7 +98,7 @@ def _check_abstract(fn: Any, ctx: HookContext) -> None:
 
 
 def _check_autograd(fn: Any, ctx: HookContext) -> None:
-    if torch.Tag.out in ctx.tags:
+    if tagged_out(ctx.tags):
         ctx.fail("an op tagged torch.Tag.out cannot have an autograd formula", "remove setup_context and backward")
     mutated = [a.name for a in ctx.schema.arguments if a.alias_info is not None and a.alias_info.is_write]
     if mutated:

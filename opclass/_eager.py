@@ -17,6 +17,7 @@ import torch.autograd.forward_ad as _forward_ad
 from torch import _C
 
 from ._alias import check_outputs, output_is_fresh
+from ._compat import tagged_inplace, tagged_out
 from ._autograd import _AFTER_AUTOGRAD, _Call, _top_level_differentiates, plain_keysets
 from ._hooks import HookContext
 from ._record import Kernel, OpRecord
@@ -50,7 +51,7 @@ def check(value: Any, ctx: HookContext) -> None:
             f"differentiates through the kernel, but the class also defines {', '.join(written)}",
             "keep either eager_autograd = True or the formula (setup_context + backward), not both",
         )
-    if torch.Tag.out in ctx.tags or torch.Tag.inplace in ctx.tags:
+    if tagged_out(ctx.tags) or tagged_inplace(ctx.tags):
         ctx.fail("is for functional ops, and this op is tagged inplace/out", "drop the tag, or write setup_context and backward")
     mutated = [a.name for a in ctx.schema.arguments if a.alias_info is not None and a.alias_info.is_write]
     if mutated:

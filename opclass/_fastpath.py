@@ -454,6 +454,10 @@ def _c_apply(fn_cls: type[torch.autograd.Function] | None) -> Callable[..., Any]
     """The Function's C-level ``apply`` (skips Python ``Function.apply``'s functorch handling,
     which the guards already ruled out); the Python one for Tensor-list ops, which needs it."""
     assert fn_cls is not None
+    # Typed locals: torch's stubs give these as Any in some releases and not in others.
+    apply: Callable[..., Any]
     if "apply" in vars(fn_cls) and not isinstance(vars(fn_cls)["apply"], classmethod):
-        return fn_cls.apply  # supports_tensorlist's wrapper
-    return _C._FunctionBase.__dict__["apply"].__get__(None, fn_cls)  # type: ignore[no-any-return]
+        apply = fn_cls.apply  # supports_tensorlist's wrapper
+    else:
+        apply = _C._FunctionBase.__dict__["apply"].__get__(None, fn_cls)
+    return apply

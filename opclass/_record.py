@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 from torch.fx.node import _side_effectful_functions
 
+from ._compat import tagged_inplace, tagged_out
+
 if TYPE_CHECKING:
     from ._plan import CallPlan
 
@@ -55,12 +57,12 @@ class OpSpec:
     @property
     def is_inplace(self) -> bool:
         """True for ``Tag.inplace`` ops, which mutate and return their first argument."""
-        return torch.Tag.inplace in self.tags
+        return tagged_inplace(self.tags)
 
     @property
     def is_out(self) -> bool:
         """True for ``Tag.out`` ops, which write into keyword-only ``out`` Tensors and return them."""
-        return torch.Tag.out in self.tags
+        return tagged_out(self.tags)
 
     @property
     def is_functional(self) -> bool:

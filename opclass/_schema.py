@@ -18,6 +18,7 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import Tensor
 
+from ._compat import plain_opaque_values, tagged_inplace, tagged_out
 from .errors import format_annotation
 
 # Base Python types and the schema type each becomes.
@@ -208,6 +209,12 @@ def config_type(cls: type) -> str:
         raise SchemaProblem(None, f"config class {cls.__qualname__} is a mutable dataclass", "declare it @dataclasses.dataclass(frozen=True)")
     if "<locals>" in cls.__qualname__:
         raise SchemaProblem(None, f"config class {cls.__qualname__} is defined inside a function", "define it at module level (its name goes into the schema)")
+    if not plain_opaque_values():
+        raise SchemaProblem(
+            None,
+            f"config class {cls.__qualname__} cannot be an op argument on torch {torch.__version__}, whose opaque value types must derive from a private torch class",
+            "use torch 2.12 or later for config objects, or pass the fields as separate arguments",
+        )
     hints = typing.get_type_hints(cls)
     for field in dataclasses.fields(cls):
         ann = hints.get(field.name)
@@ -414,7 +421,7 @@ def derive(fn: Any, mutates_args: Sequence[str], tags: Sequence[torch.Tag]) -> s
             if not ptype.startswith("Tensor"):
                 raise SchemaProblem(name, f"mutates_args names {name!r}, which is {ptype}, not a Tensor", f"remove {name!r} from mutates_args")
             text = f"Tensor(a{idx}!){ptype[len('Tensor'):]}"
-            if torch.Tag.out in tags:
+            if tagged_out(tags):
                 if p.kind is not p.KEYWORD_ONLY or ptype != "Tensor":
                     raise SchemaProblem(name, f"Tag.out needs {name!r} to be a keyword-only Tensor", f"write it after '*' as {name}: Tensor")
                 out_names.append(name)
@@ -433,13 +440,13 @@ def derive(fn: Any, mutates_args: Sequence[str], tags: Sequence[torch.Tag]) -> s
     if "return" not in annotations:
         raise SchemaProblem(None, "the return has no annotation", "annotate it, e.g. -> Tensor, or -> None")
     ret = return_type(annotations["return"])
-    if torch.Tag.inplace in tags:
+    if tagged_inplace(tags):
         if not positional or positional[0][2] != "Tensor" or set(mutates_args) != {positional[0][1]}:
             raise SchemaProblem(None, "Tag.inplace needs the first parameter to be a Tensor that is the only one mutated", "set mutates_args=(first parameter name,)")
         if ret != "Tensor":
             raise SchemaProblem(None, "Tag.inplace needs the return annotation -> Tensor", "return the mutated first argument, annotated -> Tensor")
         ret = f"Tensor(a{positional[0][0]}!)"
-    if torch.Tag.out in tags:
+    if tagged_out(tags):
         if not out_names:
             raise SchemaProblem(None, "Tag.out needs at least one keyword-only Tensor in mutates_args", "add e.g. *, out: Tensor and mutates_args=('out',)")
         expected = "Tensor" if len(out_names) == 1 else "(" + ", ".join(["Tensor"] * len(out_names)) + ")"
@@ -471,13 +478,13 @@ def tag_problem(schema: torch._C.FunctionSchema, tags: Sequence[torch.Tag]) -> t
     def aliases(x: Any) -> set[str]:
         return set(x.alias_info.before_set) if x.alias_info is not None else set()
 
-    if torch.Tag.inplace in tags:
+    if tagged_inplace(tags):
         first = args[0] if args and not args[0].kwarg_only else None
         if first is None or str(first.type) != "Tensor" or [a.name for a in written] != [first.name]:
             return "Tag.inplace needs the first parameter to be a Tensor that is the only one mutated", "write e.g. schema='(Tensor(a!) x, float k) -> Tensor(a!)'"
         if len(returns) != 1 or str(returns[0].type) != "Tensor" or aliases(returns[0]) != aliases(first):
             return "Tag.inplace needs the op to return its first argument", "end the schema with -> Tensor(a!), the first argument's alias"
-    if torch.Tag.out in tags:
+    if tagged_out(tags):
         if not written or any(not a.kwarg_only or str(a.type) != "Tensor" for a in written):
             return "Tag.out needs the mutated arguments to be keyword-only Tensors", "write e.g. schema='(Tensor x, *, Tensor(a!) out) -> Tensor(a!)'"
         if len(returns) != len(written) or any(aliases(r) != aliases(a) for r, a in zip(returns, written)):

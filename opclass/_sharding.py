@@ -44,10 +44,11 @@ import sys
 import threading
 import types
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
 
 import torch
 
+from ._compat import dtensor_refused_out, tagged_inplace, tagged_out
 from ._hooks import Hook, HookContext, positional_count as _positional_count
 from ._record import OpRecord
 
@@ -89,7 +90,7 @@ def _check_sharding(fn: Any, ctx: HookContext) -> None:
             if missing:
                 ctx.fail(f"does not take the op's keyword-only argument(s) {', '.join(missing)} as keyword-only parameters", fix)
     returns_tensor = any("Tensor" in str(r.type) for r in ctx.schema.returns)
-    generated_fake = torch.Tag.inplace in ctx.tags or torch.Tag.out in ctx.tags
+    generated_fake = tagged_inplace(ctx.tags) or tagged_out(ctx.tags)
     if returns_tensor and not generated_fake and "abstract" not in ctx.defined:
         ctx.fail(
             "DTensor computes the output shapes with the op's fake kernel, and the op has none",
@@ -179,16 +180,31 @@ def _keep_placements(record: OpRecord, registered: Callable[[OpSchema], Strategy
     positional = [a.name for a in record.schema.arguments if not a.kwarg_only]
     inplace = record.is_inplace
     qualname = record.qualname
+    # out= arguments as DTensor sees them (keyword-only, written to): torch 2.14+ pins them itself.
+    outs = {a.name for a in record.schema.arguments if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write}
 
     def strategy(op_schema: OpSchema) -> StrategyType:
-        result = registered(op_schema)
-        if not isinstance(result, OpStrategy):
-            return result
         # DTensor inputs in the order the strategies list them: positional, then keyword.
         named = [(positional[i], arg) for i, arg in enumerate(op_schema.args_schema)] + list(op_schema.kwargs_schema.items())
         inputs = [(name, leaf) for name, arg in named for leaf in tree_leaves(arg) if isinstance(leaf, OpStrategy)]
         current = [leaf.strategies[0].output_spec.placements for _, leaf in inputs]
         checked = [i for i, (name, _) in enumerate(inputs) if name in pinned]
+
+        def refuse(names: Collection[str] = pinned) -> RuntimeError:
+            placed = ", ".join(f"{name} {tuple(current[i])}" for i, (name, _) in enumerate(inputs) if name in names) or f"{inputs[0][0]} {tuple(current[0])}"
+            return RuntimeError(
+                f"{qualname}: no sharding strategy keeps the placement of {placed}. DTensor cannot redistribute an argument the op "
+                "writes to, nor a keyword-only Tensor: add a strategy that keeps that placement, or redistribute the argument before the call"
+            )
+
+        try:
+            result = registered(op_schema)
+        except RuntimeError as e:
+            if dtensor_refused_out(e) and any(name in outs for name, _ in inputs):
+                raise refuse(outs) from e
+            raise
+        if not isinstance(result, OpStrategy):
+            return result
         kept = [
             spec
             for spec in result.strategies
@@ -198,11 +214,7 @@ def _keep_placements(record: OpRecord, registered: Callable[[OpSchema], Strategy
             and not (inplace and current and spec.output_spec.placements != current[0])
         ]
         if not kept:
-            placed = ", ".join(f"{inputs[i][0]} {tuple(current[i])}" for i in (checked or [0]))
-            raise RuntimeError(
-                f"{qualname}: no sharding strategy keeps the placement of {placed}. DTensor cannot redistribute an argument the op "
-                "writes to, nor a keyword-only Tensor: add a strategy that keeps that placement, or redistribute the argument before the call"
-            )
+            raise refuse()
         return OpStrategy(kept)
 
     return strategy

@@ -18,6 +18,10 @@ from torch import Tensor
 
 from opclass import CustomOp, OpDefinitionError
 
+from _versions import needs_plain_opaque_values
+
+pytestmark = needs_plain_opaque_values
+
 
 @dataclasses.dataclass(frozen=True)
 class Cfg:

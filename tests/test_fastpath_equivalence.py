@@ -50,6 +50,8 @@ from torch.utils._pytree import tree_leaves, tree_map, tree_map_only
 from opclass import CustomOp
 from opclass.testing import _after, _backward, _message, call_paths, diff
 
+from _versions import missing_tags
+
 pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning"),
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
@@ -822,9 +824,20 @@ CORPUS: dict[str, Callable[[str], OpCase]] = {
 }
 
 
+# Corpus ops tagged with a tag some supported torch lacks (torch 2.11, 2.12: Tag.inplace, Tag.out).
+_CORPUS_TAGS = {"inplace": "inplace", "out": "out"}
+
+
 def make_corpus(ns: str, names: Optional[list[str]] = None) -> dict[str, OpCase]:
-    """Define the corpus ops (all, or the ``names`` given) in namespace ``ns``."""
-    return {name: CORPUS[name](ns) for name in (names if names is not None else CORPUS)}
+    """Define the corpus ops (all, or the ``names`` given) in namespace ``ns``; an op whose tag
+    this torch lacks is left out of "all", and skips the test when named."""
+    if names is None:
+        names = [name for name in CORPUS if name not in _CORPUS_TAGS or missing_tags(_CORPUS_TAGS[name]) is None]
+    for name in names:
+        reason = missing_tags(_CORPUS_TAGS[name]) if name in _CORPUS_TAGS else None
+        if reason is not None:
+            pytest.skip(reason)
+    return {name: CORPUS[name](ns) for name in names}
 
 
 # --------------------------------------------------------------------------- inputs and variants

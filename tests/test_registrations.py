@@ -21,6 +21,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import opclass
 from opclass import CustomOp
 
+from _versions import needs_tag
+
 
 # --------------------------------------------------------------------------- mutation and aliasing
 
@@ -103,6 +105,7 @@ def test_functional_op_returning_a_clone_is_fine(ns: str) -> None:
     assert y is not x and y.data_ptr() != x.data_ptr()
 
 
+@needs_tag("inplace")
 def test_inplace_kernel_must_return_its_first_arg(ns: str) -> None:
     class BadSin_(CustomOp, name=f"{ns}::bad_sin_", mutates_args=("x",), tags=torch.Tag.inplace):
         @staticmethod
@@ -114,6 +117,7 @@ def test_inplace_kernel_must_return_its_first_arg(ns: str) -> None:
         BadSin_(torch.ones(2))
 
 
+@needs_tag("inplace")
 def test_inplace_op_returns_first_arg(ns: str) -> None:
     class Sin_(CustomOp, name=f"{ns}::sin_", mutates_args=("x",), tags=torch.Tag.inplace):
         @staticmethod
@@ -136,6 +140,7 @@ def _sin_out(ns: str) -> Any:
     return SinOut
 
 
+@needs_tag("out")
 def test_out_op_returns_the_out_tensor(ns: str) -> None:
     SinOut = _sin_out(ns)
     x, out = torch.arange(3.0), torch.empty(3)
@@ -145,6 +150,7 @@ def test_out_op_returns_the_out_tensor(ns: str) -> None:
     torch.testing.assert_close(out, torch.sin(x))
 
 
+@needs_tag("out")
 def test_out_op_raises_under_grad(ns: str) -> None:
     SinOut = _sin_out(ns)
     x = torch.arange(3.0, requires_grad=True)
@@ -155,6 +161,7 @@ def test_out_op_raises_under_grad(ns: str) -> None:
         assert SinOut(x, out=out) is out
 
 
+@needs_tag("out")
 def test_out_kernel_must_return_out(ns: str) -> None:
     class BadOut(CustomOp, name=f"{ns}::bad.out", mutates_args=("out",), tags=torch.Tag.out):
         @staticmethod

@@ -23,6 +23,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from opclass import CustomOp, OpMeta
 
+from _versions import needs_tag
+
 X = torch.arange(6.0)
 X23 = torch.arange(6.0).reshape(2, 3)
 X4D = torch.arange(24.0).reshape(1, 2, 3, 4)
@@ -482,6 +484,7 @@ def test_mutating_op_writes_and_bumps_version(ns: str) -> None:
     assert_same(out, (X + 1) * 2)
 
 
+@needs_tag("inplace")
 def test_tag_inplace_schema(ns: str) -> None:
     class AddOne_(CustomOp, name=f"{ns}::add_one_", mutates_args=("x",), tags=torch.Tag.inplace):
         @staticmethod
@@ -496,6 +499,7 @@ def test_tag_inplace_schema(ns: str) -> None:
     assert_same(t, torch.full((3,), 3.0))
 
 
+@needs_tag("out")
 def test_tag_out_schema(ns: str) -> None:
     class SinOut(CustomOp, name=f"{ns}::sin_out", mutates_args=("out",), tags=torch.Tag.out):
         @staticmethod
@@ -512,6 +516,7 @@ def test_tag_out_schema(ns: str) -> None:
     assert_same(out2, torch.sin(X + 1))
 
 
+@needs_tag("out")
 def test_tag_out_two_outputs_schema(ns: str) -> None:
     class MinMaxOut(CustomOp, name=f"{ns}::minmax_out", mutates_args=("lo", "hi"), tags=[torch.Tag.out]):
         @staticmethod

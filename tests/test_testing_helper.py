@@ -15,6 +15,8 @@ import opclass.testing
 from opclass import CustomOp, OpDefinitionError
 from opclass.testing import Sample, check_op, check_sample, parametrize_samples
 
+from _versions import needs_tag
+
 # --------------------------------------------------------------------------- module-level ops for parametrize_samples
 
 _NS = "t_testing_helper_params"
@@ -218,6 +220,7 @@ def test_check_op_functional_with_backward() -> None:
     check_op(Cube)  # every opcheck util, gradcheck, fast path
 
 
+@needs_tag("inplace")
 def test_check_op_mutating(ns: str) -> None:
     class AddInto(CustomOp, name=f"{ns}::add_into", mutates_args=("x",)):
         @staticmethod

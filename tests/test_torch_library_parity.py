@@ -24,6 +24,7 @@ else:
 from opclass.testing import call_paths
 
 from _paths import assert_paths_agree as agree
+from _versions import needs_tag
 
 
 def assert_paths_agree(op: Any, *args: Any) -> dict[str, Any]:
@@ -83,20 +84,24 @@ def test_mutates_args_unknown_with_a_schema(ns: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("schema", "tag", "problem"),
+    ("schema", "tag_name", "problem"),
     [
-        ("(Tensor(a!) x, Tensor y) -> Tensor", torch.Tag.inplace, "Tag.inplace needs the op to return its first argument"),
-        ("(Tensor x, Tensor(a!) y) -> Tensor(a!)", torch.Tag.inplace, "Tag.inplace needs the first parameter to be a Tensor that is the only one mutated"),
-        ("(Tensor x, *, Tensor(a!) out) -> Tensor", torch.Tag.out, "Tag.out needs the op to return its out arguments, in order"),
-        ("(Tensor x, Tensor(a!) out) -> Tensor(a!)", torch.Tag.out, "Tag.out needs the mutated arguments to be keyword-only Tensors"),
-        (
+        pytest.param("(Tensor(a!) x, Tensor y) -> Tensor", "inplace", "Tag.inplace needs the op to return its first argument", marks=needs_tag("inplace")),
+        pytest.param(
+            "(Tensor x, Tensor(a!) y) -> Tensor(a!)", "inplace", "Tag.inplace needs the first parameter to be a Tensor that is the only one mutated", marks=needs_tag("inplace")
+        ),
+        pytest.param("(Tensor x, *, Tensor(a!) out) -> Tensor", "out", "Tag.out needs the op to return its out arguments, in order", marks=needs_tag("out")),
+        pytest.param("(Tensor x, Tensor(a!) out) -> Tensor(a!)", "out", "Tag.out needs the mutated arguments to be keyword-only Tensors", marks=needs_tag("out")),
+        pytest.param(
             "(Tensor x, *, Tensor(a!) o1, Tensor(b!) o2) -> (Tensor(b!), Tensor(a!))",
-            torch.Tag.out,
+            "out",
             "Tag.out needs the op to return its out arguments, in order",
+            marks=needs_tag("out"),
         ),
     ],
 )
-def test_explicit_schema_breaking_tag_rules_is_a_definition_error(ns: str, schema: str, tag: torch.Tag, problem: str) -> None:
+def test_explicit_schema_breaking_tag_rules_is_a_definition_error(ns: str, schema: str, tag_name: str, problem: str) -> None:
+    tag = getattr(torch.Tag, tag_name)
     mutated = [part.split()[-1] for part in schema[1 : schema.index(")")].split(",") if "!" in part]
     with pytest.raises(OpDefinitionError) as info:
 
@@ -110,6 +115,7 @@ def test_explicit_schema_breaking_tag_rules_is_a_definition_error(ns: str, schem
     assert not hasattr(torch.ops, ns) or not hasattr(getattr(torch.ops, ns), "bad")
 
 
+@needs_tag("inplace", "out")
 def test_explicit_schema_following_tag_rules_works(ns: str) -> None:
     class Scale_(CustomOp, name=f"{ns}::scale_", schema="(Tensor(a!) x, float k) -> Tensor(a!)", mutates_args=("x",), tags=torch.Tag.inplace):
         @staticmethod
@@ -131,8 +137,9 @@ def test_explicit_schema_following_tag_rules_works(ns: str) -> None:
 # --------------------------------------------------------------------------- abstract on generated fakes
 
 
-@pytest.mark.parametrize("tag", [torch.Tag.inplace, torch.Tag.out])
-def test_abstract_on_inplace_or_out_op_warns_naming_the_class(ns: str, tag: torch.Tag) -> None:
+@pytest.mark.parametrize("tag_name", [pytest.param("inplace", marks=needs_tag("inplace")), pytest.param("out", marks=needs_tag("out"))])
+def test_abstract_on_inplace_or_out_op_warns_naming_the_class(ns: str, tag_name: str) -> None:
+    tag = getattr(torch.Tag, tag_name)
     with pytest.warns(UserWarning) as record:
         if tag is torch.Tag.inplace:
 
