@@ -15,6 +15,8 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from opclass import CustomOp
 
+from _versions import needs_plain_opaque_values
+
 
 @dataclasses.dataclass(frozen=True)
 class Affine:
@@ -57,6 +59,7 @@ def test_opcheck_compile_and_export(ns: str) -> None:
     torch.testing.assert_close(exported.module()(x), (x * 3.0).sum(-1))
 
 
+@needs_plain_opaque_values
 def test_config_object_argument(ns: str) -> None:
     class Apply(CustomOp, name=f"{ns}::apply"):
         @staticmethod
