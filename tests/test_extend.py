@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import shutil
+import time
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
@@ -17,7 +19,7 @@ from opclass import CustomOp, OpDefinitionError
 from _paths import assert_paths_agree
 
 CPP_NS = "opclass_cpp_test"
-# Built once per machine: load_inline caches the build under ~/.cache/torch_extensions by source.
+# Built once per machine and torch (see cpp_build); load_inline rebuilds when the source changes.
 CPP_SOURCE = r"""
 #include <torch/library.h>
 #include <ATen/ATen.h>
@@ -39,7 +41,16 @@ def cpp_build() -> None:
         pytest.skip("no C++ compiler or ninja to build the C++ test op")
     from torch.utils.cpp_extension import load_inline
 
-    load_inline(name="opclass_cpp_test_ops", cpp_sources=CPP_SOURCE, functions=None, is_python_module=False, verbose=False)
+    # One build folder per torch build: load_inline's own default is shared by every torch with the
+    # same CUDA tag, and its rebuild check ignores the torch version (a .so built for another
+    # torch would be loaded). A lock left by a run killed mid-build would make load_inline wait
+    # forever; a real build takes seconds, so an old lock is a stale one.
+    folder = Path.home() / ".cache" / "opclass" / "cpp-test" / f"torch-{torch.__version__}"
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = folder / "lock"
+    if lock.exists() and time.time() - lock.stat().st_mtime > 600:
+        lock.unlink()
+    load_inline(name="opclass_cpp_test_ops", cpp_sources=CPP_SOURCE, functions=None, is_python_module=False, verbose=False, build_directory=str(folder))
 
 
 @pytest.fixture
