@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import linecache
 import weakref
 from typing import Any, Callable
 
 from . import _native
-from ._fastpath import c_entry, fast_source, functorch_lines
+from ._fastpath import c_entry, fast_source, functorch_lines, python_signature
 from ._record import OpRecord
 from ._shield import shield
 
@@ -36,9 +37,19 @@ def compile_function(name: str, source: str, closure: dict[str, Any], filename_h
     return fn
 
 
-def call_source(record: OpRecord, name: str) -> tuple[str, dict[str, Any]]:
-    """Source of the op's call function with its exact parameter list, and the closure it needs."""
+def call_source(record: OpRecord, name: str, as_new: bool = False) -> tuple[str, dict[str, Any]]:
+    """Source of the op's call function with its exact parameter list (``as_new``: the class's
+    ``__new__``, see :func:`~opclass._fastpath.python_signature`), and the closure it needs."""
     closure: dict[str, Any] = {"_op": record.op}
+    if any(a.name.startswith("_") for a in record.schema.arguments):
+        # A parameter could shadow a generated name (_op...): take everything as given.
+        params = "_cls, /, *args, **kwargs" if as_new else "*args, **kwargs"
+        return f"def {name}({params}):\n    return _op(*args, **kwargs)\n", closure
+    if as_new:
+        names = list(record.signature.parameters)
+        call_args = ", ".join(n if record.signature.parameters[n].kind is not inspect.Parameter.KEYWORD_ONLY else f"{n}={n}" for n in names)
+        signature, head, tail = python_signature(record, closure, call_args)
+        return "\n".join([f"def {name}({signature}):", *head, *functorch_lines(record, closure, call_args), *tail]) + "\n", closure
     params: list[str] = []
     positional: list[str] = []
     keywords: list[str] = []
@@ -55,18 +66,19 @@ def call_source(record: OpRecord, name: str) -> tuple[str, dict[str, Any]]:
         (keywords if p.kind is p.KEYWORD_ONLY else positional).append(p.name)
     call_args = ", ".join(positional + [f"{k}={k}" for k in keywords])
     lines = [f"def {name}({', '.join(params)}):", *functorch_lines(record, closure, call_args), f"    return _op({call_args})"]
-    source = "\n".join(lines) + "\n"
-    if any(a.name.startswith("_") for a in record.schema.arguments):
-        # A parameter could shadow a generated name (_op...): take everything as given.
-        source = f"def {name}(*args, **kwargs):\n    return _op(*args, **kwargs)\n"
-    return source, closure
+    return "\n".join(lines) + "\n", closure
 
 
 
 def install_call(record: OpRecord, cls: Any) -> None:
-    """Give ``cls`` its call: the generated function, the C entry for simple ops, the op."""
-    generated = fast_source(record, cls.__name__)
-    cls._opclass_call = make_call(record, cls, generated)
+    """Give ``cls`` its call: the generated function, the C entry for simple ops, the op.
+
+    Where ``OpMeta`` has no C call (the native guard was not loaded at import), the function is
+    the class's ``__new__``: ``OpMeta.__setattr__`` installs it when ``_opclass_call`` is set.
+    """
+    as_new = not _native.CALL_IS_NATIVE
+    generated = fast_source(record, cls.__name__, as_new=as_new)
+    cls._opclass_call = make_call(record, cls, generated, as_new)
     cls._opclass_op = record.op
     # The C entry repeats the generated function's decisions, so only where one was generated.
     cls._opclass_fast = c_entry(record) if generated is not None else None
@@ -78,16 +90,17 @@ def install_call(record: OpRecord, cls: Any) -> None:
             pass  # a metaclass with a __call__ of its own keeps it
 
 
-def make_call(record: OpRecord, cls: type, generated: tuple[str, dict[str, Any]] | None = None) -> Callable[..., Any]:
+def make_call(record: OpRecord, cls: type, generated: tuple[str, dict[str, Any]] | None = None, as_new: bool = False) -> Callable[..., Any]:
     """The function ``MyOp(...)`` runs: the op's exact signature, guarded fast path included.
 
-    ``generated``: ``fast_source(record, cls.__name__)`` when the caller has it already.
+    ``generated``: ``fast_source(record, cls.__name__, as_new=as_new)`` when the caller has it already.
     """
     if generated is None:
-        generated = fast_source(record, cls.__name__)
-    source, closure = generated if generated is not None else call_source(record, cls.__name__)
+        generated = fast_source(record, cls.__name__, as_new=as_new)
+    source, closure = generated if generated is not None else call_source(record, cls.__name__, as_new)
     fn = compile_function(cls.__name__, source, closure, f"{record.qualname} {cls.__module__}.{cls.__qualname__}")
-    fn.__qualname__ = f"{cls.__qualname__}.__call__"
+    fn.__qualname__ = f"{cls.__qualname__}.{'__new__' if as_new else '__call__'}"
+    fn.__opclass_new__ = as_new  # type: ignore[attr-defined]
     fn.__module__ = cls.__module__
     fn.__doc__ = f"Call ``{record.qualname}{record.schema_str}``."
     fn.__signature__ = record.signature  # type: ignore[attr-defined]

@@ -18,13 +18,14 @@ Guards, in order of cost:
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any, Callable, Mapping
 
 import torch
 import torch.autograd.forward_ad as _forward_ad
 from torch import _C
 
-from . import _native
+from . import _native, _pyguard
 from ._autograd import _Call
 from ._eager import check_differentiable
 from ._plan import FAST_DEVICES, CallPlan
@@ -63,32 +64,42 @@ def _tensor_list_rg(xs: Any) -> bool:
     return any(t is not None and t.requires_grad for t in xs)
 
 
-def _plain_keysets(device: str) -> frozenset[int]:
-    """Raw key sets of a plain dense Tensor on ``device``: normal and inference tensors."""
-    backend = _C.DispatchKey.CPU if device == "cpu" else _C.DispatchKey.CUDA
-    autograd = _C.DispatchKey.AutogradCPU if device == "cpu" else _C.DispatchKey.AutogradCUDA
-    autocast = _C.DispatchKey.AutocastCPU if device == "cpu" else _C.DispatchKey.AutocastCUDA
-    inference = _C.DispatchKeySet(backend).add(autocast)
-    return frozenset({inference.raw_repr(), inference.add(_C.DispatchKey.ADInplaceOrView).add(autograd).raw_repr()})
+def merge_keywords(extra: tuple[Any, ...], keywords: dict[str, Any], values: tuple[Any, ...], names: tuple[str, ...]) -> tuple[Any, ...] | None:
+    """The positional parameters' values with ``keywords`` filled in, or ``None`` where the
+    dispatcher must parse the call (too many arguments, an unknown or repeated keyword) and raise."""
+    if extra:
+        return None
+    merged = list(values)
+    for name, value in keywords.items():
+        try:
+            i = names.index(name)
+        except ValueError:
+            return None
+        if merged[i] is not _pyguard.MISSING:
+            return None
+        merged[i] = value
+    return tuple(merged)
 
 
-def _included_ok() -> frozenset[int]:
-    """Thread-local included key sets of plain eager mode (normal and inference_mode)."""
-    base = _C.DispatchKeySet(_C.DispatchKey.BackendSelect)
-    return frozenset({base.raw_repr(), base.add(_C.DispatchKey.ADInplaceOrView).raw_repr()})
+def call_original(op: Any, values: tuple[Any, ...], extra: tuple[Any, ...], keywords: dict[str, Any]) -> Any:
+    """``op`` called as the caller called the class (``values``: the positional parameters)."""
+    missing = _pyguard.MISSING
+    return op(*[v for v in values if v is not missing], *extra, **{k: v for k, v in keywords.items() if v is not missing})
 
 
-def _bad_excluded() -> int:
-    """Raw bits whose exclusion from dispatch leaves plain eager mode (all but autocast, autograd,
-    ADInplaceOrView; backend bits, the low ones below Dense, do not count)."""
-    keys = _C.DispatchKey
-    # Autocast keys are excluded by default (autocast off); not all of them are named in Python.
-    allowed = _C._dispatch_tls_local_exclude_set().add(keys.ADInplaceOrView)
-    for name in dir(keys):
-        if name.startswith(("Autocast", "Autograd")):
-            allowed = allowed.add(getattr(keys, name))
-    backend_bits = _C.DispatchKeySet(keys.Dense).raw_repr() - 1
-    return ~(int(allowed.raw_repr()) | backend_bits) & ((1 << 64) - 1)
+def call_passed(op: Any, names: tuple[str, ...], values: tuple[Any, ...], keywords: dict[str, Any]) -> Any:
+    """``op`` with only the arguments the caller passed (some are missing): for torch's error."""
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for name, value in zip(names, values):
+        if value is _pyguard.MISSING:
+            continue
+        if kwargs or len(args) < names.index(name):
+            kwargs[name] = value
+        else:
+            args.append(value)
+    kwargs.update((k, v) for k, v in keywords.items() if v is not _pyguard.MISSING)
+    return op(*args, **kwargs)
 
 
 def _first_device(*values: Any) -> str | None:
@@ -145,9 +156,11 @@ def has_guard(arg: Any, configs: Mapping[str, type]) -> bool:
     return p.tensor or p.tensor_list or _value_guard(p, configs) is not None
 
 
-def fast_source(record: OpRecord, name: str, python_guard: bool = False) -> tuple[str, dict[str, Any]] | None:
+def fast_source(record: OpRecord, name: str, python_guard: bool = False, as_new: bool = False) -> tuple[str, dict[str, Any]] | None:
     """Source and closure of a guarded call function, or ``None`` if the plan has no fast path.
 
+    The function takes the op's arguments as the op does (``OpMeta``'s C call passes them), or,
+    with ``as_new``, is the class's ``__new__`` (see :func:`python_signature`).
     ``python_guard``: write the pure-Python guard even where the native one is loaded (the
     three-way check of :mod:`opclass.testing` compares the two).
     """
@@ -163,12 +176,71 @@ def fast_source(record: OpRecord, name: str, python_guard: bool = False) -> tupl
     closure.update({f"_cfg_{name}": cls for name, cls in configs.items()})
     gen = _Generator(record, params, closure)
     native = None if python_guard else _native.native_module()
+    if as_new:
+        signature, head_lines, tail = python_signature(record, closure, gen.call_args)
+        head = [f"def {name}({signature}):", *head_lines]
+    else:
+        head, tail = [f"def {name}({gen.signature()}):"], [f"    return _op({gen.call_args})"]
     if native is not None and (tensors or lists):
         lines = gen.native(native, tensors, lists, value_guards)
+    elif tensors or lists:
+        lines = gen.cached(tensors, lists, value_guards)
     else:
         lines = gen.python(tensors, lists, value_guards)
-    source = "\n".join([f"def {name}({gen.signature()}):", *lines, *functorch_lines(record, closure, gen.call_args), f"    return _op({gen.call_args})"]) + "\n"
+    source = "\n".join([*head, *lines, *functorch_lines(record, closure, gen.call_args), *tail]) + "\n"
     return source, closure
+
+
+def python_signature(record: OpRecord, closure: dict[str, Any], call_args: str) -> tuple[str, list[str], list[str]]:
+    """The Python guard's call as the class's ``__new__``: its signature, first lines and last lines.
+
+    ``MyOp(...)`` then runs it straight from ``type.__call__``, one frame in all. Python would
+    raise its own TypeError for arguments that do not bind, before any line of it runs, where
+    torch.ops raises the dispatcher's error; so nothing can fail to bind: positional parameters
+    are positional-only and default to ``MISSING``, extra ones land in ``*_a`` and keywords in
+    ``**_k``. The first lines merge keywords into the parameters (or let the dispatcher parse a
+    call it would refuse), the last ones call the op with what was passed.
+    """
+    closure.update({"_M": _pyguard.MISSING, "_merge": merge_keywords, "_call_passed": call_passed, "_call_original": call_original})
+    positional: list[str] = []
+    parts = ["_cls"]
+    keyword_parts: list[str] = []
+    defaults: list[str] = []
+    required: list[str] = []
+    keyword_only: list[str] = []
+    for p in record.signature.parameters.values():
+        has_default = p.default is not p.empty
+        if has_default:
+            closure[f"_default_{p.name}"] = p.default
+        # MISSING even where the schema has a default: the dispatcher's errors count what was passed.
+        if p.kind is p.KEYWORD_ONLY:
+            keyword_only.append(p.name)
+            keyword_parts.append(f"{p.name}=_M")
+        else:
+            positional.append(p.name)
+            parts.append(f"{p.name}=_M")
+        if has_default:
+            defaults.append(p.name)
+        if not has_default:
+            required.append(p.name)
+    closure["_names"] = tuple(positional)
+    values = "(" + "".join(f"{n}, " for n in positional) + ")"
+    keywords = "{" + ", ".join(f"{k!r}: {k}" for k in keyword_only) + "}"
+    signature = ", ".join(parts + (["/"] if positional else []) + ["*_a", *keyword_parts, "**_k"])
+    head = [
+        "    if _a or _k:",
+        f"        _v = _merge(_a, _k, {values}, _names)",
+        "        if _v is None:",
+        f"            return _call_original(_op, {values}, _a, {{**{keywords}, **_k}})",
+    ]
+    if positional:
+        head.append(f"        {', '.join(positional)}, = _v")
+    head += [f"    if {n} is _M:\n        {n} = _default_{n}" for n in defaults]
+    tail = []
+    if required:
+        tail += [f"    if {' or '.join(f'{n} is _M' for n in required)}:", f"        return _call_passed(_op, _names, {values}, {keywords})"]
+    tail.append(f"    return _op({call_args})")
+    return signature, head, tail
 
 
 _C_LETTERS = {"Tensor": "T", "Optional[Tensor]": "O", "float": "f", "int": "i", "bool": "b"}
@@ -246,11 +318,11 @@ def _closure(record: OpRecord, plan: CallPlan) -> dict[str, Any]:
         "_tfm": _C._is_torch_function_mode_enabled,
         "_keys": _C._dispatch_keys,
         "_included_set": _C._dispatch_tls_local_include_set,
-        "_included_ok": _included_ok(),
+        "_included_ok": _pyguard.INCLUDED_OK,
         "_excluded_set": _C._dispatch_tls_local_exclude_set,
-        "_bad_excluded": _bad_excluded(),
-        "_ok_cpu": _plain_keysets("cpu"),
-        "_ok_cuda": _plain_keysets("cuda"),
+        "_bad_excluded": _pyguard.BAD_EXCLUDED,
+        "_ok_cpu": _pyguard.OK_KEYS["cpu"],
+        "_ok_cuda": _pyguard.OK_KEYS["cuda"],
         "_excluded": _C._dispatch_tls_is_dispatch_key_excluded,
         "_AG": _C.DispatchKey.AutogradFunctionality,
         "_ADIV": _C.DispatchKey.ADInplaceOrView,
@@ -395,6 +467,70 @@ class _Generator:
             lines += self._kernel_call(d, inner)
         return lines
 
+    def cached(self, tensors: list[_Param], lists: list[_Param], value_guards: list[str]) -> list[str]:
+        """The Python guard: thread-local checks on every call, then one C call that compares
+        every Tensor with a recorded plain call of the op (see :mod:`opclass._pyguard`)."""
+        closure = self.closure
+        closure.update(
+            {
+                "_s": _pyguard.Slots(),
+                "_miss": _pyguard.miss,
+                "_devices": frozenset(self.kernels),
+                "_NT": _pyguard.NO_TENSOR,
+                "_refs": sys.getrefcount,
+                "_su": _C._storage_Use_Count,
+            }
+        )
+        # What the recorded key sets cannot show, each with what it cost here (docs/performance.md):
+        # TorchFunctionMode 25 ns, profiler 27 ns, forward-AD level 20 ns, a dispatch mode 28 ns,
+        # jit tracing 25 ns, the Python dispatcher 70 ns. (Reading the included keys whole: 0.19 us.)
+        closure.update({"_modes": _C._len_torch_dispatch_stack, "_tracing": _C._is_tracing, "_included": _C._dispatch_tls_is_dispatch_key_included, "_PD": _C.DispatchKey.PythonDispatcher})
+        guard = "_tfm() or _profiling() or _fw._current_level >= 0 or _modes() or _tracing() or _included(_PD)"
+        if self.plan.autocast:
+            guard += " or _autocast()"  # else a miss under autocast would record it as plain
+        lines = [f"    if not ({guard}):"]
+        ind = "        "
+        guards = [f"type({p.name}) in _seq" for p in lists] + value_guards
+        if guards:
+            lines.append(f"{ind}if {' and '.join(guards)}:")
+            ind += "    "
+        flat = []
+        for p in self.params:
+            if p.tensor:
+                flat.append(f"(_NT if {p.name} is None else {p.name})" if p.optional else p.name)
+            elif p.tensor_list:
+                flat.append(f"*[_NT if _x is None else _x for _x in {p.name}]" if "Optional" in p.jit else f"*{p.name}")
+        values = ", ".join(flat)
+        values_tuple = f"({values},)"
+        if lists:
+            # A list of another length than recorded: TensorGuards raises TypeError (a miss).
+            lines += [f"{ind}_t = {values_tuple}", f"{ind}try:", f"{ind}    _e = _s[0]", f"{ind}    if not _e[0](*_t):",
+                      f"{ind}        _e = _s[1]", f"{ind}        if not _e[0](*_t):", f"{ind}            _e = (None, _miss(_s, _t, _devices))",
+                      f"{ind}except TypeError:", f"{ind}    _e = (None, _miss(_s, _t, _devices))"]
+        else:
+            lines += [f"{ind}_e = _s[0]", f"{ind}if not _e[0]({values}):", f"{ind}    _e = _s[1]", f"{ind}    if not _e[0]({values}):",
+                      f"{ind}        _e = (None, _miss(_s, {values_tuple}, _devices))"]
+        lines += [f"{ind}_c = _e[1]", f"{ind}if _c:"]
+        ind += "    "
+        lines += self._list_conversions(ind)
+        devices = list(self.kernels)
+        lines.append(f"{ind}if _c & 4 and _grad():")
+        for i, d in enumerate(devices):
+            code = 1 if d == "cpu" else 2
+            if i + 1 < len(devices):
+                lines.append(f"{ind}    if _c & {code}:")
+                lines += self._grad_lines(d, ind + "        ")
+            else:
+                lines += self._grad_lines(d, ind + "    ")
+        for i, d in enumerate(devices):
+            code = 1 if d == "cpu" else 2
+            if i + 1 < len(devices):
+                lines.append(f"{ind}if _c & {code}:")
+                lines += self._kernel_call(d, ind + "    ", bump="_c & 8", inline_fresh=True)
+            else:
+                lines += self._kernel_call(d, ind, bump="_c & 8", inline_fresh=True)
+        return lines
+
     def _grad_lines(self, device: str, ind: str) -> list[str]:
         if self.plan.grad == "eager":
             # Differentiate through the kernel: call it with autograd on, as the Autograd kernel does.
@@ -409,7 +545,7 @@ class _Generator:
             return f"_apply_{device}({self.apply_args})"
         return f"_apply({self.apply_args}, _Call(None, {len(self.positional)}, {tuple(self.keywords)!r}, _k_{device}))"
 
-    def _kernel_call(self, device: str, ind: str, differentiable: bool = False) -> list[str]:
+    def _kernel_call(self, device: str, ind: str, differentiable: bool = False, bump: str = "not _excluded(_ADIV)", inline_fresh: bool = False) -> list[str]:
         """Call the kernel, check outputs, bump versions of mutated arguments, convert, return."""
         record = self.record
         lines = []
@@ -427,7 +563,10 @@ class _Generator:
             check = f"_check_outputs(_where_{device}, {len(record.schema.returns)}, ({args}), {{{kwargs}}}, _out)"
             if single:
                 # fresh implies the exact type, so the common case costs one test.
-                lines += [f"{ind}if {self.fresh}:", f"{ind}    if type(_out) is not _T:", f"{ind}        {convert}", f"{ind}    {check}"]
+                # Fresh: a plain Tensor only this frame holds, whose storage nothing else uses
+                # (so no input, view or detached alias); refcount 2 = _out and getrefcount's argument.
+                fresh = "not (type(_out) is _T and _refs(_out) <= 2 and _su(_out.untyped_storage()._cdata) <= 2)" if inline_fresh else self.fresh
+                lines += [f"{ind}if {fresh}:", f"{ind}    if type(_out) is not _T:", f"{ind}        {convert}", f"{ind}    {check}"]
             else:
                 lines += [f"{ind}if not ({exact or 'False'}):", f"{ind}    {convert}", f"{ind}{check}"]
         elif not record.schema.returns:
@@ -441,7 +580,7 @@ class _Generator:
             mutated = [record.schema.arguments[i] for i in record.mutated]
             names = ", ".join(a.name for a in mutated) + ("," if len(mutated) == 1 else "")
             # After the kernel, as on the dispatcher path; _bump skips inference tensors.
-            lines.append(f"{ind}if not _excluded(_ADIV):")
+            lines.append(f"{ind}if {bump}:")
             if all(str(a.real_type) == "Tensor" for a in mutated):
                 lines.append(f"{ind}    _bump(({names}))")
             else:

@@ -138,3 +138,6 @@ def native_module() -> ModuleType | None:
 
 # Chosen at import: op classes and OpMeta (whose C ``tp_call`` comes from here) need it early.
 load()
+#: Whether ``OpMeta`` calls op classes through the extension's C call (fixed at import); if not,
+#: each op class's generated call is its ``__new__``.
+CALL_IS_NATIVE = _module is not None

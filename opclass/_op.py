@@ -83,6 +83,15 @@ class OpMeta(_MetaBase):
         def __call__(cls: _t.Kernel[_t.P, _t.R], *args: _t.P.args, **kwargs: _t.P.kwargs) -> _t.R: ...  # type: ignore[misc]
 
     def __setattr__(cls, name: str, value: Any) -> None:
+        if name == "_opclass_call" and _NATIVE is None:
+            # The class's call is its __new__ (see above): keep the two in step.
+            if value is None:
+                new: Any = CustomOp.__dict__["__new__"]  # an abstract base: its error
+            elif getattr(value, "__opclass_new__", False):
+                new = staticmethod(value)
+            else:
+                new = staticmethod(_forwarding_new(value))  # a replaced class's redirect
+            super().__setattr__("__new__", new)
         if name == "__call__":
             shown = cls.__qualname__.rpartition("<locals>.")[2]
             # torch.compile(MyOp) / torch._dynamo.disable(MyOp) treat a class as one to decorate
@@ -120,8 +129,15 @@ class OpMeta(_MetaBase):
 if _NATIVE is not None:
     _NATIVE.set_fallback(_call)
     _NATIVE.enable_vectorcall(OpMeta)
-else:
-    OpMeta.__call__ = _call  # type: ignore[method-assign]
+# Otherwise OpMeta has no __call__: `MyOp(...)` is type.__call__, which runs the class's
+# __new__, the generated call itself (one Python frame; OpMeta.__setattr__ installs it).
+
+
+def _forwarding_new(call: Callable[..., Any]) -> Callable[..., Any]:
+    def __new__(_cls: Any, *args: Any, **kwargs: Any) -> Any:
+        return call(*args, **kwargs)
+
+    return shield(__new__)
 
 
 def _live_record(cls: Any) -> OpRecord:
