@@ -8,7 +8,7 @@ import linecache
 import weakref
 from typing import Any, Callable
 
-from . import _native
+from . import _native, _record
 from ._fastpath import c_entry, fast_source, functorch_lines, python_signature
 from ._record import OpRecord
 from ._shield import shield
@@ -43,8 +43,8 @@ def call_source(record: OpRecord, name: str, as_new: bool = False) -> tuple[str,
     closure: dict[str, Any] = {"_op": record.op}
     if any(a.name.startswith("_") for a in record.schema.arguments):
         # A parameter could shadow a generated name (_op...): take everything as given.
-        params = "_cls, /, *args, **kwargs" if as_new else "*args, **kwargs"
-        return f"def {name}({params}):\n    return _op(*args, **kwargs)\n", closure
+        given = "_cls, /, *args, **kwargs" if as_new else "*args, **kwargs"
+        return f"def {name}({given}):\n    return _op(*args, **kwargs)\n", closure
     if as_new:
         names = list(record.signature.parameters)
         call_args = ", ".join(n if record.signature.parameters[n].kind is not inspect.Parameter.KEYWORD_ONLY else f"{n}={n}" for n in names)
@@ -71,7 +71,33 @@ def call_source(record: OpRecord, name: str, as_new: bool = False) -> tuple[str,
 
 
 def install_call(record: OpRecord, cls: Any) -> None:
-    """Give ``cls`` its call: the generated function, the C entry for simple ops, the op.
+    """Give ``cls`` its call: a stand-in that generates the real one on the op's first call.
+
+    Libraries define hundreds of ops at import and call a few, so the code is generated (and
+    compiled) when first needed, not at definition: everything that can be wrong with a
+    definition was checked before this point, and generating from a valid record does not fail.
+    """
+    _native.build_in_background()
+    cls._opclass_op = record.op
+    cls._opclass_fast = None
+    as_new = not _native.CALL_IS_NATIVE
+
+    def first_call(*args: Any, **kwargs: Any) -> Any:
+        if as_new:
+            args = args[1:]  # the class, as __new__'s first argument
+        if cls.__dict__.get("_opclass_call") is first_call:
+            with _record.LOCK:
+                if cls.__dict__.get("_opclass_call") is first_call:
+                    build_call(record, cls)
+        return cls(*args, **kwargs)
+
+    first_call.__opclass_new__ = as_new  # type: ignore[attr-defined]
+    first_call.__qualname__ = f"{cls.__qualname__}.{'__new__' if as_new else '__call__'}"
+    cls._opclass_call = shield(first_call)
+
+
+def build_call(record: OpRecord, cls: Any) -> None:
+    """Generate and install ``cls``'s call: the guarded function, the C entry for simple ops.
 
     Where ``OpMeta`` has no C call (the native guard was not loaded at import), the function is
     the class's ``__new__``: ``OpMeta.__setattr__`` installs it when ``_opclass_call`` is set.
@@ -79,7 +105,6 @@ def install_call(record: OpRecord, cls: Any) -> None:
     as_new = not _native.CALL_IS_NATIVE
     generated = fast_source(record, cls.__name__, as_new=as_new)
     cls._opclass_call = make_call(record, cls, generated, as_new)
-    cls._opclass_op = record.op
     # The C entry repeats the generated function's decisions, so only where one was generated.
     cls._opclass_fast = c_entry(record) if generated is not None else None
     native = _native.native_module()
@@ -88,6 +113,18 @@ def install_call(record: OpRecord, cls: Any) -> None:
             native.enable_vectorcall(type(cls), cls)
         except TypeError:
             pass  # a metaclass with a __call__ of its own keeps it
+
+
+def call_function(cls: Any) -> Callable[..., Any]:
+    """``cls``'s generated call function, generated now if the op was not called yet."""
+    call = cls.__dict__["_opclass_call"]
+    if getattr(call, "__name__", "") == "first_call":
+        record = cls.__dict__["_opclass_record"]
+        with _record.LOCK:
+            if cls.__dict__["_opclass_call"] is call:
+                build_call(record, cls)
+    result: Callable[..., Any] = cls.__dict__["_opclass_call"]
+    return result
 
 
 def make_call(record: OpRecord, cls: type, generated: tuple[str, dict[str, Any]] | None = None, as_new: bool = False) -> Callable[..., Any]:

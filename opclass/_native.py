@@ -5,6 +5,12 @@ directory keyed by torch version and source hash, and loaded at import when pres
 (no compiler, another torch, ``OPCLASS_GUARD=python``) opclass uses the pure-Python guard, which
 behaves the same and costs more per call. ``OPCLASS_GUARD=native`` makes a missing build an
 error instead, building it on first use.
+
+Out of the box (``OPCLASS_GUARD=auto`` and no build yet), the first op class defined starts the
+build in a background process (:func:`build_in_background`); import and definitions never wait
+for it. When it succeeds, the guard is loaded and every live op class is switched to it; when it
+fails (no compiler), the Python guard stays and :func:`guard_info` says why.
+``OPCLASS_NATIVE_BUILD=off`` turns the background build off.
 """
 
 from __future__ import annotations
@@ -13,7 +19,9 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import os
+import subprocess
 import sys
+import threading
 from pathlib import Path
 from types import ModuleType
 
@@ -25,6 +33,8 @@ _NAME = "opclass_guard"
 _module: ModuleType | None = None
 _backend = "python"
 _reason = "not loaded"
+_mode = "auto"
+_build: threading.Thread | None = None
 
 
 def cache_dir() -> Path:
@@ -77,11 +87,11 @@ def build(verbose: bool = False) -> Path:
 
 def load(mode: str | None = None) -> None:
     """Choose the guard: ``mode`` or ``$OPCLASS_GUARD`` (``auto`` default, ``native``, ``python``)."""
-    global _module, _backend, _reason
+    global _module, _backend, _reason, _mode
     mode = (mode or os.environ.get("OPCLASS_GUARD") or "auto").lower()
     if mode not in ("auto", "native", "python"):
         raise ValueError(f"OPCLASS_GUARD={mode!r}: use auto, native or python")
-    _module, _backend = None, "python"
+    _module, _backend, _mode = None, "python", mode
     if mode == "python":
         _reason = "OPCLASS_GUARD=python"
         return
@@ -107,6 +117,60 @@ _SPEC_LETTERS = {"Tensor": "T", "Optional[Tensor]": "O", "List[Tensor]": "L", "L
 def spec_letter(jit_type: str) -> str:
     """The guard spec letter for an argument of JIT type ``jit_type`` (``Argument.real_type``)."""
     return _SPEC_LETTERS.get(jit_type, "X")
+
+
+def build_in_background() -> None:
+    """Start building the native guard in a background process, once, where ``auto`` found no
+    build (called when an op class is defined). Nothing waits for it; see the module docstring."""
+    global _build, _reason
+    if _build is not None or _module is not None or _mode != "auto" or os.environ.get("OPCLASS_NATIVE_BUILD", "").lower() == "off":
+        return
+    _reason = f"not built yet; building in the background into {cache_dir()}"
+    _build = threading.Thread(target=_build_and_switch, name="opclass-native-build", daemon=True)
+    _build.start()
+
+
+def wait_for_build(timeout: float | None = None) -> bool:
+    """Wait for a background build to end (tests, benchmarks); ``True`` if the native guard is in use."""
+    if _build is not None:
+        _build.join(timeout)
+    return _module is not None
+
+
+def _build_and_switch() -> None:
+    global _reason
+    # A separate process: the compiler's minutes of CPU never hold this interpreter's GIL, and
+    # it finishes (for the next run) even if this program exits first.
+    env = {**os.environ, "OPCLASS_GUARD": "python", "OPCLASS_NATIVE_BUILD": "off", "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    try:
+        done = subprocess.run([sys.executable, "-m", "opclass.native"], capture_output=True, text=True, env=env, check=False)
+        path = _built_library(cache_dir())
+        if path is None:
+            lines = (done.stderr or done.stdout).strip().splitlines()
+            _reason = f"background build failed: {lines[-1] if lines else f'exit status {done.returncode}'}"
+            return
+        module = _import(path)
+    except Exception as e:  # never an error in the user's program: the Python guard stays
+        _reason = f"background build failed: {type(e).__name__}: {e}"
+        return
+    _switch(module, path)
+
+
+def _switch(module: ModuleType, path: Path) -> None:
+    """Use ``module`` from now on, and give every live op class a call generated for it."""
+    global _module, _backend, _reason
+    from . import _record
+    from ._codegen import install_call
+
+    with _record.LOCK:
+        _module, _backend = module, "native"
+        switched = 0
+        for record in _record.live_records():
+            cls = record.owner() if record.owner is not None else None
+            if cls is not None:
+                install_call(record, cls)
+                switched += 1
+        _reason = f"{path} (built in the background; {switched} op classes switched to it)"
 
 
 def guard_backend() -> str:

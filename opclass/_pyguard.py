@@ -110,11 +110,11 @@ def _make_factory() -> Callable[[Sequence[Any]], Callable[..., bool]] | None:
         _status = f"unavailable ({e}): every call runs the exact check"
         return None
 
+    make: Any = TensorGuards  # its keywords differ between torch's stubs and its C code
+
     def factory(tensors: Sequence[Any]) -> Callable[..., bool]:
         free = [[None] * t.dim() for t in tensors]
-        guards = TensorGuards(
-            *tensors, dynamic_dims_sizes=free, dynamic_dims_strides=free, tensor_check_names=[f"t{i}" for i in range(len(tensors))]
-        )
+        guards = make(*tensors, dynamic_dims_sizes=free, dynamic_dims_strides=free, tensor_check_names=[f"t{i}" for i in range(len(tensors))])
         check: Callable[..., bool] = guards.check
         return check
 

@@ -158,6 +158,12 @@ _LIVE: dict[str, OpRecord] = {}
 LOCK = threading.RLock()
 
 
+def live_records() -> list[OpRecord]:
+    """Every live op's record (a copy: callers may redefine ops while iterating)."""
+    with LOCK:
+        return list(_LIVE.values())
+
+
 def lookup(qualname: str) -> OpRecord | None:
     """The live record for ``qualname``, if opclass defined it."""
     return _LIVE.get(qualname)

@@ -15,6 +15,7 @@ from torch import Tensor
 
 import opclass
 from opclass import CustomOp, _native
+from opclass._codegen import call_function
 
 
 def _make(ns: str) -> type[CustomOp]:
@@ -31,7 +32,7 @@ def _make(ns: str) -> type[CustomOp]:
 
 def test_source_is_generated_once_and_visible(ns: str) -> None:
     Axpy = _make(ns)
-    call = Axpy._opclass_call
+    call = call_function(Axpy)
     source = inspect.getsource(call)
     filename = call.__code__.co_filename
     assert filename.startswith(f"<opclass generated {ns}::axpy ") and filename in linecache.cache
@@ -63,7 +64,7 @@ def test_fast_path_source_per_guard(ns: str, guard: str) -> None:
     previous = opclass.guard_backend()
     _native.load(guard)
     try:
-        source = inspect.getsource(_make(ns)._opclass_call)
+        source = inspect.getsource(call_function(_make(ns)))
     finally:
         _native.load(previous)
     if guard == "native":

@@ -19,6 +19,7 @@ from torch import Tensor
 from opclass import CustomOp, OpDefinitionError
 
 from _versions import needs_plain_opaque_values
+from opclass._codegen import call_function
 
 pytestmark = needs_plain_opaque_values
 
@@ -70,7 +71,7 @@ def test_schema_and_eager(ns: str) -> None:
 
 def test_fast_path_guards_on_the_exact_config_class(ns: str) -> None:
     Quant = make(ns)
-    source = inspect.getsource(Quant._opclass_call)
+    source = inspect.getsource(call_function(Quant))
     assert "type(cfg) is _cfg_cfg" in source
     # Anything else goes to the dispatcher, which hands it to the kernel as is: same error.
     x = torch.randn(3)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -40,12 +41,53 @@ def test_forced_python_guard() -> None:
     assert backend == "python" and info == "python: OPCLASS_GUARD=python" and meta_base == "type"
 
 
-def test_auto_without_a_build_falls_back_to_python(tmp_path: Path) -> None:
-    out = _probe(OPCLASS_GUARD="auto", OPCLASS_CACHE_DIR=str(tmp_path))
+def test_auto_without_a_build_and_background_builds_off_uses_python(tmp_path: Path) -> None:
+    out = _probe(OPCLASS_GUARD="auto", OPCLASS_CACHE_DIR=str(tmp_path), OPCLASS_NATIVE_BUILD="off")
     assert out.returncode == 0, out.stderr
     backend, info, _ = (s.strip() for s in out.stdout.split("|"))
     assert backend == "python" and "not built (run: python -m opclass.native)" in info
-    assert not any(tmp_path.iterdir())  # auto never compiles behind the user's back
+    assert not any(tmp_path.iterdir())  # nothing was compiled
+
+
+BACKGROUND_PROBE = textwrap.dedent(
+    """
+    import sys, time, torch, opclass
+    from opclass import _native
+    from torch import Tensor
+    start = time.perf_counter()
+    class Op(opclass.CustomOp, name="guard_probe::op"):
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            return x + 1
+    defined = time.perf_counter() - start
+    print("defined in", defined, file=sys.stderr)
+    assert torch.equal(Op(torch.zeros(2)), torch.ones(2))
+    print(opclass.guard_backend(), "|", opclass.guard_info())
+    assert _native.wait_for_build(300)
+    print(opclass.guard_backend(), "|", opclass.guard_info())
+    assert torch.equal(Op(torch.zeros(2)), torch.ones(2))
+    assert torch.equal(Op(torch.zeros(2, requires_grad=True)), torch.ones(2))
+    print("_guard(_spec" in __import__("inspect").getsource(Op.__dict__["_opclass_call"]))
+    """
+)
+
+
+@pytest.mark.skipif(opclass.guard_backend() != "native", reason="native guard not built (python -m opclass.native)")
+def test_auto_builds_in_the_background_and_switches_live_classes(tmp_path: Path) -> None:
+    # The build here starts from this machine's object files, so the background build only links.
+    module = _native.native_module()
+    assert module is not None and module.__file__ is not None
+    built = Path(module.__file__).parent
+    shutil.copytree(built, tmp_path / built.name, ignore=shutil.ignore_patterns("*.so", "lock"))
+    out = subprocess.run(
+        [sys.executable, "-c", BACKGROUND_PROBE], capture_output=True, text=True, cwd=ROOT,
+        env={**os.environ, "OPCLASS_GUARD": "auto", "OPCLASS_CACHE_DIR": str(tmp_path)}, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    before, after, uses_native = out.stdout.strip().splitlines()
+    assert before.startswith("python | python: not built yet; building in the background into ")
+    assert after.startswith("native | native: ") and "(built in the background; 1 op classes switched to it)" in after
+    assert uses_native == "True"  # the class defined before the build now runs the native guard
 
 
 def test_bad_mode_is_an_error() -> None:

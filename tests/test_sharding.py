@@ -36,6 +36,7 @@ import opclass.testing
 from opclass import CustomOp, OpDefinitionError, _sharding
 
 from _versions import needs_tag
+from opclass._codegen import call_function
 
 ROOT = Path(__file__).resolve().parent.parent
 OPS_FILE = Path(__file__).with_name("_sharding_ops.py")
@@ -588,8 +589,8 @@ def test_fast_path_is_unchanged(ns: str) -> None:
         def backward(ctx, grad):  # type: ignore[no-untyped-def]
             return grad * ctx.factor, None
 
-    source = inspect.getsource(ops.Scale._opclass_call)
-    assert source == inspect.getsource(Plain._opclass_call).replace("def Plain(", "def Scale(")
+    source = inspect.getsource(call_function(ops.Scale))
+    assert source == inspect.getsource(call_function(Plain)).replace("def Plain(", "def Scale(")
     assert "_u_cpu(x, factor)" in source  # plain CPU Tensors call the kernel directly
     x = torch.randn(3, 4)
     ops.calls.clear()
