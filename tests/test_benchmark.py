@@ -1,0 +1,141 @@
+"""``python -m opclass.benchmark``: the scaling, repeated-run, per-guard and done-check code paths.
+
+Structure only (rows, columns, JSON keys), with tiny sizes and run times: no timing assertions.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from opclass import benchmark
+
+ROOT = Path(__file__).resolve().parent.parent
+ARGS, LISTS = (1, 2, 20), (1, 4)
+
+
+@pytest.fixture(scope="module")
+def measured() -> dict[str, Any]:
+    """One real measurement with --scale (no definition or compile part), tiny sizes."""
+    return benchmark.measure(0.001, (1, 14), scale=True, scale_args=ARGS, scale_lists=LISTS, define_ops=0, compile_calls=0)
+
+
+def _as_guard(result: dict[str, Any], guard: str, factor: float = 1.0) -> dict[str, Any]:
+    """``result`` relabelled as ``guard``'s, every figure times ``factor``, derived parts recomputed."""
+    copy = json.loads(json.dumps(result))
+    copy["guard"], copy["guard_info"] = guard, f"{guard}: test"
+    for row in copy["rows"] + copy["scale"]["rows"]:
+        row["us"] *= factor
+    copy["scale"]["definition"] = {k: {"total_s": 0.1 * factor, "ms_per_op": 0.5 * factor, "first_call_ms": 1.0} for k in ("opclass", "custom_op", "define/impl")}
+    copy["scale"]["compile"] = {"n_calls": 400, "source": "test", "seconds": {"class": 1.0 * factor, "op": 1.0, "custom_op": 2.0}}
+    return benchmark.finish(copy)
+
+
+def test_scale_rows_cover_every_size_and_impl(measured: dict[str, Any]) -> None:
+    rows = measured["scale"]["rows"]
+    keys = [(r["kind"], r["n"], r["impl"]) for r in rows]
+    expected = [("args", n, i) for n in ARGS for i in benchmark._SCALE_IMPLS] + [("list", n, i) for n in LISTS for i in benchmark._SCALE_IMPLS]
+    assert keys == expected
+    assert all(r["us"] > 0 for r in rows)
+    fits = measured["scale"]["fits"]
+    assert set(fits) == {"args", "list"}
+    for kind in fits:
+        assert set(fits[kind]) == {"opclass", "MyOp.op"}
+        assert set(fits[kind]["opclass"]) == {"fixed_us", "per_tensor_us"}
+
+
+def test_fit_is_least_squares() -> None:
+    rows = [{"kind": "list", "n": n, "impl": "opclass", "us": us} for n, us in ((1, 2.0), (2, 2.5), (3, 2.6))]
+    fit = benchmark.scale_fits(rows)["list"]["opclass"]
+    assert fit is not None
+    assert fit["per_tensor_us"] == pytest.approx(0.3)
+    assert fit["fixed_us"] == pytest.approx(7.1 / 3 - 0.3 * 2)  # mean us - slope * mean n
+    assert benchmark.scale_fits(rows[:1])["list"]["opclass"] is None
+
+
+def test_done_checks_differ_per_guard(measured: dict[str, Any]) -> None:
+    python = {c["check"]: c for c in _as_guard(measured, "python")["done"]}
+    native = {c["check"]: c for c in _as_guard(measured, "native")["done"]}
+    assert python["14 args: no-grad / direct"]["limit"] == 2.0
+    assert native["14 args: no-grad / direct"]["limit"] == 1.25
+    assert "scale: class per-Tensor us (args fit)" in python and "scale: class per-Tensor us (args fit)" not in native
+    # No 64-argument or 512-long rows were measured: those native checks are left out, not failed.
+    assert "scale: 64 args / direct" not in native and "scale: list of 512 / direct" not in native
+    assert python["compile: class / op"]["value"] == pytest.approx(1.0)
+    assert python["definition: ms per op"]["met"] is True
+    assert python["scale: class / MyOp.op, every size"]["note"].startswith("worst: ")
+
+
+def test_median_of_runs_recomputes_derived(measured: dict[str, Any]) -> None:
+    runs = [_as_guard(measured, "python", f) for f in (1.0, 3.0, 2.0)]
+    merged = benchmark.median_result(runs)
+    assert merged["runs"] == 3
+    assert [r["us"] for r in merged["rows"]] == pytest.approx([r["us"] for r in runs[2]["rows"]])
+    assert [r["us"] for r in merged["scale"]["rows"]] == pytest.approx([r["us"] for r in runs[2]["scale"]["rows"]])
+    assert merged["scale"]["definition"]["opclass"]["ms_per_op"] == pytest.approx(1.0)
+    assert merged["scale"]["compile"]["seconds"]["class"] == pytest.approx(2.0)
+    assert merged["done"] == runs[2]["done"]
+
+
+def test_collect_both_and_a_missing_native_guard(measured: dict[str, Any]) -> None:
+    calls: list[str] = []
+
+    def child(guard: str, forwarded: list[str]) -> dict[str, Any]:
+        calls.append(guard)
+        return _as_guard(measured, guard, 1.0 + len(calls))
+
+    results, skipped = benchmark.collect("both", 2, [], child=child)
+    assert list(results) == ["native", "python"] and skipped == {}
+    assert calls == ["native", "native", "python", "python"]
+
+    def no_native(guard: str, forwarded: list[str]) -> dict[str, Any]:
+        if guard == "native":
+            raise RuntimeError("no compiler")
+        return _as_guard(measured, guard)
+
+    for mode in ("both", "native"):
+        results, skipped = benchmark.collect(mode, 1, [], child=no_native)
+        assert list(results) == ["python"]
+        assert skipped == {"native": "no compiler"}
+
+
+def test_tables_side_by_side(measured: dict[str, Any]) -> None:
+    out = io.StringIO()
+    benchmark.print_tables({"native": _as_guard(measured, "native"), "python": _as_guard(measured, "python")}, 0.001, out)
+    text = out.getvalue()
+    assert "native us" in text and "python us" in text
+    assert "native ratio" in text and "python ratio" in text
+    assert "--- native guard ---" in text and "--- python guard ---" in text
+    for label in ("20 args", "list 4"):
+        assert any(line.startswith(label) for line in text.splitlines())
+    for guard in ("native", "python"):
+        assert f"{guard} guard, args fit: class call" in text and f"{guard} guard, list fit: class call" in text
+    assert "native total s" in text and "python s" in text
+    done = text.split("issue 20: done when")[1].splitlines()
+    per_tensor = next(line for line in done if line.startswith("scale: class per-Tensor us (args fit)"))
+    assert per_tensor.split()[6] == "-"  # a Python-guard check: no native figure
+    assert "<= 0.25" in per_tensor
+
+
+def test_define_many_and_compile_fallback() -> None:
+    for kind in ("opclass", "custom_op", "define/impl"):
+        cost = benchmark._define_many(kind, 3)
+        assert set(cost) == {"total_s", "ms_per_op", "first_call_ms"}
+    assert benchmark._compile_child(3, "class") > 0
+
+
+def test_json_cli_one_guard_in_a_subprocess() -> None:
+    command = [sys.executable, "-m", "opclass.benchmark", "--json", "--guard", "python", "--args", "1", "--min-run-time", "0.001"]
+    command += ["--scale", "--scale-args", "1,2", "--scale-lists", "1", "--define-ops", "0", "--compile-calls", "0"]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
+    result = json.loads(proc.stdout)
+    assert result["guard"] == "python"
+    assert {"torch", "device", "guard_info", "runs", "rows", "targets", "scale", "done"} <= set(result)
+    assert {(r["kind"], r["n"]) for r in result["scale"]["rows"]} == {("args", 1), ("args", 2), ("list", 1)}
+    assert "definition" not in result["scale"] and "compile" not in result["scale"]
