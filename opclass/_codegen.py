@@ -8,7 +8,7 @@ import linecache
 import weakref
 from typing import Any, Callable
 
-from . import _native
+from . import _dynamo_call, _native
 from ._fastpath import c_entry, fast_source, functorch_lines, python_signature
 from ._record import OpRecord
 from ._shield import shield
@@ -80,6 +80,7 @@ def install_call(record: OpRecord, cls: Any) -> None:
     generated = fast_source(record, cls.__name__, as_new=as_new)
     cls._opclass_call = make_call(record, cls, generated, as_new)
     cls._opclass_op = record.op
+    _dynamo_call.watch(type(cls))  # OpMeta is watched already; a metaclass derived from it is not
     # The C entry repeats the generated function's decisions, so only where one was generated.
     cls._opclass_fast = c_entry(record) if generated is not None else None
     native = _native.native_module()
