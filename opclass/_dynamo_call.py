@@ -108,6 +108,10 @@ class _AfterDynamoImport(MetaPathFinder):
         def exec_then_register(module: ModuleType) -> None:
             try:
                 exec_module(module)
+            except BaseException:
+                with _LOCK:
+                    _install_hook()  # the import failed: wait for the next one
+                raise
             finally:
                 try:
                     del loader.exec_module  # back to the loader's own method
@@ -175,7 +179,9 @@ def _dispatch_tables() -> list[dict[object, Callable[..., Any]]] | None:
         """An op class: calling it is calling ``cls._opclass_op``; all else as for any class."""
 
         def call_function(self, tx: Any, args: Any, kwargs: Any) -> Any:
-            op = getattr(self.value, "_opclass_op", None)
+            # The class's own op (install_call sets it on each op class; retiring clears it),
+            # never one inherited by a class that is no op itself.
+            op = self.value.__dict__.get("_opclass_op")
             if op is None or self.source is None:
                 return super().call_function(tx, args, kwargs)
             op_var = VariableBuilder(tx, AttrSource(self.source, "_opclass_op"))(op)
