@@ -18,13 +18,9 @@ _storage_uses = torch._C._storage_Use_Count
 
 def _python_fresh(out: Any) -> bool:
     # References: the caller's variable, this parameter, getrefcount's argument. Storage uses:
-    # the Tensor and the temporary storage object made here.
-    return (
-        type(out) is torch.Tensor
-        and _refs(out) <= 3
-        and out._base is None
-        and _storage_uses(out.untyped_storage()._cdata) <= 2
-    )
+    # the Tensor and the temporary storage object made here; a view, its base or a detached
+    # alias would be a third (so no `_base` test is needed).
+    return type(out) is torch.Tensor and _refs(out) <= 3 and _storage_uses(out.untyped_storage()._cdata) <= 2
 
 
 def output_is_fresh() -> Callable[[Any], bool]:

@@ -8,7 +8,7 @@ import linecache
 import weakref
 from typing import Any, Callable
 
-from . import _native, _record
+from . import _dynamo_call, _native, _record
 from ._fastpath import c_entry, fast_source, functorch_lines, python_signature
 from ._record import OpRecord
 from ._shield import shield
@@ -79,6 +79,7 @@ def install_call(record: OpRecord, cls: Any) -> None:
     """
     _native.build_in_background()
     cls._opclass_op = record.op
+    _dynamo_call.watch(type(cls))  # OpMeta is watched already; a metaclass derived from it is not
     cls._opclass_fast = None
     as_new = not _native.CALL_IS_NATIVE
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable
 
 import torch
 
-from . import _native, _record
+from . import _dynamo_call, _native, _record
 from ._builder import OpBuilder
 from ._builtin import register_builtin_hooks
 from ._hooks import register_hook
@@ -126,6 +126,8 @@ class OpMeta(_MetaBase):
         return _live_record(cls).schema_str
 
 
+_dynamo_call.watch(OpMeta)
+
 if _NATIVE is not None:
     _NATIVE.set_fallback(_call)
     _NATIVE.enable_vectorcall(OpMeta)
@@ -197,9 +199,10 @@ class CustomOp(metaclass=OpMeta):
         def _abstract_op_base_has_no_kernel(_abstract_op_base_has_no_kernel: Never, /) -> Never: ...
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        # Eager calls go through OpMeta.__call__ and never get here. torch.compile ignores a
-        # metaclass __call__ and traces __new__ instead: give it the plain dispatcher call, so
-        # the graph records the op as one node.
+        # Eager calls go through OpMeta.__call__ and never get here. torch.compile reads a call
+        # of a live op class as a call of its op (_dynamo_call.py); it traces this only where
+        # that does not apply (a torch without the hook, a class without source): give it the
+        # plain dispatcher call, so the graph records the op as one node.
         op = cls._opclass_op
         if op is None:
             return _call(cls, *args, **kwargs)
