@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
-import inspect
+import functools
 import itertools
+import threading
+from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 import torch
 import torch.autograd.forward_ad as _forward_ad
 from torch import _C
 
-from . import _native
+from . import _native, _signature
 from ._alias import check_outputs, output_is_fresh
 from ._plan import FAST_DEVICES
 from ._record import Kernel, OpRecord
@@ -20,6 +20,12 @@ from ._shield import shield
 
 _AFTER_AUTOGRAD = _C._after_autograd_keyset
 _ADIV = _C.DispatchKey.ADInplaceOrView
+# Creating the autograd.Function classes (each with its Backward class) and the closures behind
+# them was among the dearer steps of a definition, in time and in objects the garbage collector
+# then keeps scanning, and most ops of a library are never differentiated: all of it is made on
+# first use, once, under this lock (reentrant: a Function's maker asks for the closures).
+_CREATE = threading.RLock()
+_T = TypeVar("_T")
 
 
 class _Call:
@@ -34,10 +40,83 @@ class _Call:
         self.kernel = kernel  # the backend kernel the fast path already chose
 
 
-def build_autograd_functions(record: OpRecord) -> tuple[type[torch.autograd.Function], dict[str, type[torch.autograd.Function]]]:
-    """The op's autograd.Functions: one for the dispatcher's Autograd kernel (its forward
-    redispatches below autograd) and, for ops without keyword-only arguments, one per device
-    for the eager fast path (its forward calls that device's kernel, nothing else)."""
+class LazyFunctions(Mapping[str, "type[torch.autograd.Function]"]):
+    """Device type -> autograd.Function, each class created on first lookup (keys are known
+    at once: ``in`` and iteration create nothing)."""
+
+    def __init__(self, makers: dict[str, Callable[[], type[torch.autograd.Function]]]) -> None:
+        self._makers = makers
+        self._made: dict[str, type[torch.autograd.Function]] = {}
+
+    def __getitem__(self, device: str) -> type[torch.autograd.Function]:
+        fn_cls = self._made.get(device)
+        if fn_cls is None:
+            make = self._makers[device]  # KeyError for a device without one
+            with _CREATE:
+                fn_cls = self._made.get(device)
+                if fn_cls is None:
+                    fn_cls = self._made[device] = make()
+        return fn_cls
+
+    def __repr__(self) -> str:
+        return f"LazyFunctions({', '.join(self._makers)})"
+
+    def __contains__(self, device: object) -> bool:
+        return device in self._makers
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._makers)
+
+    def __len__(self) -> int:
+        return len(self._makers)
+
+
+def made_once(make: Callable[[], _T]) -> Callable[[], _T]:
+    """``make``, run on the first call only (thread-safe); later calls return what it made."""
+    made: list[_T] = []
+
+    def get() -> _T:
+        if not made:
+            with _CREATE:
+                if not made:
+                    made.append(make())
+        return made[0]
+
+    return get
+
+
+def build_autograd_functions(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Function]], LazyFunctions]:
+    """The op's autograd.Functions, each created on first use: one for the dispatcher's Autograd
+    kernel (its forward redispatches below autograd; returned as the function that gives it)
+    and, for ops without keyword-only arguments, one per device for the eager fast path (its
+    forward calls that device's kernel, nothing else). Sets ``record.functorch_entry``."""
+    formulas = made_once(lambda: _formulas(record, functorch_entry))
+    generic = made_once(lambda: formulas()[0]())
+
+    def functorch_entry(*args: Any, **kwargs: Any) -> Any:
+        """The op's call while torch.func transforms are active (from the class call, never
+        from inside the dispatcher, where functorch's handling of Functions cannot run).
+        A grad/jvp level on top applies the Function; vmap levels reach the op's batching rule."""
+        if _C._are_functorch_transforms_active() and _top_level_differentiates():
+            return generic().apply(*args, *kwargs.values(), _Call(None, len(args), tuple(kwargs)))
+        return record.op(*args, **kwargs)  # type: ignore[misc]
+
+    record.functorch_entry = functorch_entry
+    fast: dict[str, Callable[[], type[torch.autograd.Function]]] = {}
+    if record.plan is not None and record.plan.grad == "function" and not any(a.kwarg_only for a in record.schema.arguments):
+        for device, k in record.plan.kernels.items():
+            fast[device] = functools.partial(_fast_function, formulas, k)
+    return generic, LazyFunctions(fast)
+
+
+def _fast_function(formulas: Callable[[], tuple[Any, Callable[[Kernel], type[torch.autograd.Function]]]], kernel: Kernel) -> type[torch.autograd.Function]:
+    return formulas()[1](kernel)
+
+
+def _formulas(
+    record: OpRecord, functorch_entry: Callable[..., Any]
+) -> tuple[Callable[[], type[torch.autograd.Function]], Callable[[Kernel], type[torch.autograd.Function]]]:
+    """What the op's Functions are made of: ``(make_generic(), make_fast(kernel))``."""
     schema = record.schema
     positional = [a for a in schema.arguments if not a.kwarg_only]
     kw_only = [a for a in schema.arguments if a.kwarg_only]
@@ -53,7 +132,7 @@ def build_autograd_functions(record: OpRecord) -> tuple[type[torch.autograd.Func
     cls_name = record.cls_name
     # The user's setup_context, called directly in its own form (no adapter frame).
     user_setup = record.hooks.get("setup_context")
-    setup_kw = user_setup is not None and "keyword_only_inputs" in inspect.signature(user_setup).parameters
+    setup_kw = user_setup is not None and "keyword_only_inputs" in _signature.signature(user_setup).parameters
     fresh_outputs = len(schema.returns) > 0 and not record.mutated
     is_fresh = output_is_fresh()
     below = call_below_autograd()
@@ -142,7 +221,7 @@ def build_autograd_functions(record: OpRecord) -> tuple[type[torch.autograd.Func
             grads_in.append(result[i] if i < len(result) else None)
         return (*grads_in, None)
 
-    def fast_function(device: str, k: Kernel) -> type[torch.autograd.Function]:
+    def fast_function(k: Kernel) -> type[torch.autograd.Function]:
         # Aliasing errors name the hook whose kernel ran, as on the dispatcher path.
         kernel, where = k.user, k.where
 
@@ -178,31 +257,19 @@ def build_autograd_functions(record: OpRecord) -> tuple[type[torch.autograd.Func
         out = torch.vmap(one, in_dims=tuple(in_dims[:-1]), randomness=info.randomness)(*flat[:-1])
         return out, (0,) * len(out) if isinstance(out, tuple) else 0
 
-    def functorch_entry(*args: Any, **kwargs: Any) -> Any:
-        """The op's call while torch.func transforms are active (from the class call, never
-        from inside the dispatcher, where functorch's handling of Functions cannot run).
-        A grad/jvp level on top applies the Function; vmap levels reach the op's batching rule."""
-        if _C._are_functorch_transforms_active() and _top_level_differentiates():
-            return generic.apply(*args, *kwargs.values(), _Call(None, len(args), tuple(kwargs)))
-        return record.op(*args, **kwargs)  # type: ignore[misc]
+    def make_generic() -> type[torch.autograd.Function]:
+        if _has_lists(schema):
+            # torch's supports_tensorlist wraps only forward(ctx, ...)-style Functions: Tensor-list
+            # ops keep that style, and so get no torch.func transforms and no jvp.
+            def forward_with_ctx(ctx: Any, *flat: Any) -> Any:
+                out = forward(*flat)
+                setup_context(ctx, flat, out)
+                return out
 
-    if _has_lists(schema):
-        # torch's supports_tensorlist wraps only forward(ctx, ...)-style Functions: Tensor-list
-        # ops keep that style, and so get no torch.func transforms and no jvp.
-        def forward_with_ctx(ctx: Any, *flat: Any) -> Any:
-            out = forward(*flat)
-            setup_context(ctx, flat, out)
-            return out
+            return _function_class(f"{cls_name}Function", forward_with_ctx, backward, schema)
+        return _function_class(f"{cls_name}Function", forward, backward, schema, setup_context=setup_context, jvp=jvp, vmap=vmap)
 
-        generic = _function_class(f"{cls_name}Function", forward_with_ctx, backward, schema)
-    else:
-        generic = _function_class(f"{cls_name}Function", forward, backward, schema, setup_context=setup_context, jvp=jvp, vmap=vmap)
-    record.functorch_entry = functorch_entry
-    fast: dict[str, type[torch.autograd.Function]] = {}
-    if not kw_only and record.plan is not None and record.plan.grad == "function":
-        for device, k in record.plan.kernels.items():
-            fast[device] = fast_function(device, k)
-    return generic, fast
+    return make_generic, fast_function
 
 
 def _function_class(
@@ -282,9 +349,16 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
     Without grad, plain dense tensors go straight to the backend kernel instead of crossing back
     into the dispatcher; anything else (modes, Python keys, other layouts) is redispatched.
     """
-    fn_cls = record.autograd_function
-    assert fn_cls is not None
-    apply: Callable[..., Any] = fn_cls.apply
+    # The Function's apply, looked up on the first call that needs grad (the class is created then).
+    apply: Callable[..., Any] | None = None
+
+    def function_apply() -> Callable[..., Any]:
+        nonlocal apply
+        fn_cls = record.autograd_function
+        assert fn_cls is not None
+        apply = fn_cls.apply
+        return apply
+
     is_out = record.is_out
     functional = not record.mutated
     opname = record.name
@@ -348,7 +422,7 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
                     bump_mutated(bump, args, kwargs, bump_positions, bump_names)
                 return out
             if code & 4 and functional:
-                return apply(*args, _Call(keyset, len(args), ()))
+                return (apply or function_apply())(*args, _Call(keyset, len(args), ()))
         if _C.is_grad_enabled() and (
             _C._any_requires_grad(*args, **kwargs) or (optional_lists and _optional_list_requires_grad(args, optional_lists))
         ):
@@ -361,10 +435,10 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
                 check_mutation(args, kwargs)
             # Under torch.func transforms the Function's forward dispatches the op afresh.
             call_keyset = None if _C._are_functorch_transforms_active() else keyset
-            return apply(*args, *kwargs.values(), _Call(call_keyset, len(args), tuple(kwargs)))
+            return (apply or function_apply())(*args, *kwargs.values(), _Call(call_keyset, len(args), tuple(kwargs)))
         if functional and _forward_ad._current_level >= 0:
             # Dual tensors need not require grad: let the Function give tangents (or say it cannot).
-            return apply(*args, *kwargs.values(), _Call(keyset, len(args), tuple(kwargs)))
+            return (apply or function_apply())(*args, *kwargs.values(), _Call(keyset, len(args), tuple(kwargs)))
         kernel = plain.get(keyset.raw_repr())
         if kernel is None:
             with _C._AutoDispatchBelowAutograd():

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import torch
 
+from . import _signature
+
 if TYPE_CHECKING:
     from ._record import Kernel, OpRecord
 
@@ -146,7 +148,7 @@ def _default_mismatch(kernel: Kernel, signature: inspect.Signature) -> str | Non
     """Why the kernel would see other arguments from the fast path than from the dispatcher, which
     leaves out arguments equal to their default (the kernel then uses its own default)."""
     try:
-        own = inspect.signature(kernel.user).parameters
+        own = _signature.signature(kernel.user).parameters
     except (TypeError, ValueError):
         return None
     for name, p in signature.parameters.items():

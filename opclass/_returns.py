@@ -24,6 +24,10 @@ _PENDING = threading.local()
 _LOCK = threading.Lock()
 _COUNTER = itertools.count()
 _NS = "opclass_returns"
+_CPU = _C.DispatchKeySet(_C.DispatchKey.CPU)
+# exact_predicate's functions by return kinds: ops share a few return types, and compiling one
+# per op was the largest single cost of defining an op.
+_PREDICATES: dict[tuple[str, ...], Callable[[Any], bool]] = {}
 
 
 def _companion(returns: str) -> Any:
@@ -65,7 +69,10 @@ _EXACT = {
 def exact_check(schema: torch._C.FunctionSchema, var: str) -> str | None:
     """A Python expression true when ``var`` already is what the dispatcher would return;
     ``None`` when no cheap expression exists (then every result is converted)."""
-    kinds = [str(r.real_type) for r in schema.returns]
+    return _exact_text(tuple(str(r.real_type) for r in schema.returns), var)
+
+
+def _exact_text(kinds: tuple[str, ...], var: str) -> str | None:
     if not kinds:
         return f"{var} is None"
     if any(k not in _EXACT for k in kinds):
@@ -95,10 +102,11 @@ def converter(schema: torch._C.FunctionSchema) -> Callable[[str, Any], Any]:
             return None
 
         return convert_none
-    returns = _return_text(schema)
-    key = _C.DispatchKeySet(_C.DispatchKey.CPU)
     n_returns = len(schema.returns)
     required = [i for i, r in enumerate(schema.returns) if not str(r.real_type).startswith("Optional[")]
+    # The companion's return text, found on the first result that needs converting: most ops
+    # never convert, and every op builds converters at definition.
+    returns: list[str] = []
 
     def convert(where: str, result: Any) -> Any:
         if result is None and n_returns == 1 and required:
@@ -106,10 +114,12 @@ def converter(schema: torch._C.FunctionSchema) -> Callable[[str, Any], Any]:
         check_arity(where, n_returns, result)
         if n_returns > 1 and isinstance(result, (tuple, list)) and len(result) == n_returns and any(result[i] is None for i in required):
             raise RuntimeError(_explain(where, schema, result))
-        op = _companion(returns)
+        if not returns:
+            returns.append(_return_text(schema))
+        op = _companion(returns[0])
         _PENDING.value = result
         try:
-            return op.redispatch(key)
+            return op.redispatch(_CPU)
         except (RuntimeError, TypeError) as e:
             error = RuntimeError if isinstance(e, RuntimeError) else TypeError
         finally:
@@ -130,7 +140,7 @@ def accepts(kind: str, value: Any) -> bool:
         return True
     _PENDING.value = value
     try:
-        op.redispatch(_C.DispatchKeySet(_C.DispatchKey.CPU))
+        op.redispatch(_CPU)
         return True
     except (RuntimeError, TypeError):
         return False
@@ -146,6 +156,11 @@ def _explain(where: str, schema: torch._C.FunctionSchema, result: Any) -> str:
 
 def exact_predicate(schema: torch._C.FunctionSchema) -> Callable[[Any], bool]:
     """``is_exact(result)``: :func:`exact_check` as a function (never true without an expression)."""
-    text = exact_check(schema, "out")
-    predicate: Callable[[Any], bool] = eval(f"lambda out: {text or 'False'}", {"_T": torch.Tensor})  # noqa: S307
+    kinds = tuple(str(r.real_type) for r in schema.returns)
+    predicate = _PREDICATES.get(kinds)
+    if predicate is None:
+        text = _exact_text(kinds, "out")
+        predicate = eval(f"lambda out: {text or 'False'}", {"_T": torch.Tensor})  # noqa: S307
+        # A race writes an equal function twice; either is right.
+        predicate = _PREDICATES.setdefault(kinds, predicate)
     return predicate
