@@ -5,13 +5,13 @@ from __future__ import annotations
 import functools
 import itertools
 import threading
-from typing import Any, Callable, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
 import torch
 import torch.autograd.forward_ad as _forward_ad
 from torch import _C
 
-from . import _native, _signature
+from . import _memo, _native
 from ._alias import check_outputs, output_is_fresh
 from ._plan import FAST_DEVICES
 from ._record import Kernel, OpRecord
@@ -44,6 +44,8 @@ class LazyFunctions(Mapping[str, "type[torch.autograd.Function]"]):
     """Device type -> autograd.Function, each class created on first lookup (keys are known
     at once: ``in`` and iteration create nothing)."""
 
+    __slots__ = ("_makers", "_made")
+
     def __init__(self, makers: dict[str, Callable[[], type[torch.autograd.Function]]]) -> None:
         self._makers = makers
         self._made: dict[str, type[torch.autograd.Function]] = {}
@@ -73,13 +75,14 @@ class LazyFunctions(Mapping[str, "type[torch.autograd.Function]"]):
 
 def made_once(make: Callable[[], _T]) -> Callable[[], _T]:
     """``make``, run on the first call only (thread-safe); later calls return what it made."""
-    made: list[_T] = []
+    made: tuple[_T] | None = None
 
     def get() -> _T:
-        if not made:
+        nonlocal made
+        if made is None:
             with _CREATE:
-                if not made:
-                    made.append(make())
+                if made is None:
+                    made = (make(),)
         return made[0]
 
     return get
@@ -132,7 +135,7 @@ def _formulas(
     cls_name = record.cls_name
     # The user's setup_context, called directly in its own form (no adapter frame).
     user_setup = record.hooks.get("setup_context")
-    setup_kw = user_setup is not None and "keyword_only_inputs" in _signature.signature(user_setup).parameters
+    setup_kw = user_setup is not None and "keyword_only_inputs" in _memo.signature(user_setup).parameters
     fresh_outputs = len(schema.returns) > 0 and not record.mutated
     is_fresh = output_is_fresh()
     below = call_below_autograd()
@@ -363,8 +366,9 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
     functional = not record.mutated
     opname = record.name
     plain = plain_keysets(record)
-    bump_positions = [i for i in record.mutated if not record.schema.arguments[i].kwarg_only]
-    bump_names = [record.schema.arguments[i].name for i in record.mutated if record.schema.arguments[i].kwarg_only]
+    # Tuples: an empty one is shared, and none of them is a container the collector tracks.
+    bump_positions = tuple(i for i in record.mutated if not record.schema.arguments[i].kwarg_only)
+    bump_names = tuple(record.schema.arguments[i].name for i in record.mutated if record.schema.arguments[i].kwarg_only)
     bump = _C._increment_version
     native = _native.native_module()
     guard = native.guard if native is not None else None
@@ -386,7 +390,7 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
     # Only where the op returns one Tensor does a fresh result need nothing more.
     several = [str(r.real_type) for r in record.schema.returns] != ["Tensor"]
     # _any_requires_grad does not look into lists holding None; the guards do.
-    optional_lists = [i for i, a in enumerate(record.schema.arguments) if str(a.real_type) == "List[Optional[Tensor]]" and not a.kwarg_only]
+    optional_lists = tuple(i for i, a in enumerate(record.schema.arguments) if str(a.real_type) == "List[Optional[Tensor]]" and not a.kwarg_only)
 
     def check_mutation(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         # Autograd cannot record a mutation inside a kernel: the mutated Tensor's history would
@@ -451,7 +455,7 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
     return autograd_kernel
 
 
-def _optional_list_requires_grad(args: tuple[Any, ...], positions: list[int]) -> bool:
+def _optional_list_requires_grad(args: tuple[Any, ...], positions: Sequence[int]) -> bool:
     return any(t is not None and t.requires_grad for i in positions if i < len(args) for t in args[i])
 
 
@@ -466,13 +470,13 @@ def _guard_specs(record: OpRecord) -> dict[int, bytes]:
     return {n: "".join(letters[:n]).encode() for n in range(len(letters) + 1)}
 
 
-def mutated_tensors(args: tuple[Any, ...], kwargs: dict[str, Any], positions: list[int], names: list[str], schema: Any) -> list[tuple[str, torch.Tensor]]:
+def mutated_tensors(args: tuple[Any, ...], kwargs: dict[str, Any], positions: Sequence[int], names: Sequence[str], schema: Any) -> list[tuple[str, torch.Tensor]]:
     """``(argument name, Tensor)`` for every Tensor the call writes to (list elements included)."""
     values = [(schema.arguments[i].name, args[i]) for i in positions if i < len(args)] + [(n, kwargs[n]) for n in names if n in kwargs]
     return [(n, t) for n, v in values for t in (v if isinstance(v, (list, tuple)) else (v,)) if isinstance(t, torch.Tensor)]
 
 
-def bump_mutated(bump: Callable[[Any], None], args: tuple[Any, ...], kwargs: dict[str, Any], positions: list[int], names: list[str]) -> None:
+def bump_mutated(bump: Callable[[Any], None], args: tuple[Any, ...], kwargs: dict[str, Any], positions: Sequence[int], names: Sequence[str]) -> None:
     """Bump the version counter of each mutated Tensor (``bump`` skips inference tensors)."""
     values = [args[i] for i in positions if i < len(args)] + [kwargs[n] for n in names if n in kwargs]
     bump([t for v in values for t in (v if isinstance(v, (list, tuple)) else (v,)) if isinstance(t, torch.Tensor)])

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping
 
 import torch
 
-from . import _compat, _existing, _record, _register, _schema, _signature
+from . import _compat, _existing, _memo, _record, _register, _schema
 from ._codegen import install_call
 from ._hooks import Hook, HookContext, hooks
 from ._names import CLASS_KEYWORDS as _CLASS_KEYWORDS
@@ -269,9 +269,13 @@ class OpBuilder:
                 text = _schema.derive(fn, _schema.tensor_parameters(fn) if kw.mutates_unknown else kw.mutates_args, kw.tags)
             except _schema.SchemaProblem as e:
                 self.fail(hook, e.problem, e.fix, fn)
-            derived.append((hook, text, self._parse(qualname, text, hook)))
+            # Kernels annotated alike (cpu and abstract, typically) give the same text: parsed once.
+            same = next((parsed for _, t, parsed in derived if t == text), None)
+            derived.append((hook, text, same if same is not None else self._parse(qualname, text, hook)))
         for hook, text, parsed in derived[1:]:
             first_hook, first_text, first = derived[0]
+            if text == first_text:
+                continue
             diff = _schema.describe_difference(first, parsed)
             if diff is not None:
                 self.fail(
@@ -455,7 +459,7 @@ class OpBuilder:
     # ------------------------------------------------------------------ driver
 
     def run(self) -> None:
-        with _signature.one_definition():
+        with _memo.one_definition():
             self._run()
 
     def _run(self) -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import torch
 
-from . import _signature
+from . import _memo
 from .errors import OpDefinitionError, formatdef
 
 if TYPE_CHECKING:
@@ -144,7 +144,7 @@ def hooks() -> Mapping[str, Hook]:
 def positional_count(fn: Any) -> int | None:
     """For hook checks: how many positional parameters ``fn`` takes, or ``None`` if it takes ``*args``."""
     try:
-        params = _signature.signature(fn).parameters.values()
+        params = _memo.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return None
     if any(p.kind is p.VAR_POSITIONAL for p in params):

@@ -103,20 +103,21 @@ def converter(schema: torch._C.FunctionSchema) -> Callable[[str, Any], Any]:
 
         return convert_none
     n_returns = len(schema.returns)
-    required = [i for i, r in enumerate(schema.returns) if not str(r.real_type).startswith("Optional[")]
+    required = tuple(i for i, r in enumerate(schema.returns) if not str(r.real_type).startswith("Optional["))
     # The companion's return text, found on the first result that needs converting: most ops
     # never convert, and every op builds converters at definition.
-    returns: list[str] = []
+    returns: str | None = None
 
     def convert(where: str, result: Any) -> Any:
+        nonlocal returns
         if result is None and n_returns == 1 and required:
             raise RuntimeError(_explain(where, schema, result))
         check_arity(where, n_returns, result)
         if n_returns > 1 and isinstance(result, (tuple, list)) and len(result) == n_returns and any(result[i] is None for i in required):
             raise RuntimeError(_explain(where, schema, result))
-        if not returns:
-            returns.append(_return_text(schema))
-        op = _companion(returns[0])
+        if returns is None:
+            returns = _return_text(schema)
+        op = _companion(returns)
         _PENDING.value = result
         try:
             return op.redispatch(_CPU)
