@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import functools
 import itertools
 import threading
-from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 import torch.autograd.forward_ad as _forward_ad
@@ -25,7 +24,6 @@ _ADIV = _C.DispatchKey.ADInplaceOrView
 # then keeps scanning, and most ops of a library are never differentiated: all of it is made on
 # first use, once, under this lock (reentrant: a Function's maker asks for the closures).
 _CREATE = threading.RLock()
-_T = TypeVar("_T")
 
 
 class _Call:
@@ -40,80 +38,80 @@ class _Call:
         self.kernel = kernel  # the backend kernel the fast path already chose
 
 
-class LazyFunctions(Mapping[str, "type[torch.autograd.Function]"]):
-    """Device type -> autograd.Function, each class created on first lookup (keys are known
-    at once: ``in`` and iteration create nothing)."""
+class Functions(Mapping[str, "type[torch.autograd.Function]"]):
+    """An op's autograd.Functions, each created on first use: :meth:`generic` for the
+    dispatcher's Autograd kernel (its forward redispatches below autograd) and, as a mapping,
+    device type -> the eager fast path's Function (its forward calls that device's kernel,
+    nothing else), for ops without keyword-only arguments. Keys are known at once: ``in`` and
+    iteration create nothing. One small object per op, rather than closures per Function."""
 
-    __slots__ = ("_makers", "_made")
+    __slots__ = ("_record", "_kernels", "_formulas", "_generic", "_fast")
 
-    def __init__(self, makers: dict[str, Callable[[], type[torch.autograd.Function]]]) -> None:
-        self._makers = makers
-        self._made: dict[str, type[torch.autograd.Function]] = {}
+    def __init__(self, record: OpRecord) -> None:
+        self._record = record
+        plan = record.plan
+        fast_path = plan is not None and plan.grad == "function" and not any(a.kwarg_only for a in record.schema.arguments)
+        self._kernels: Mapping[str, Kernel] = plan.kernels if plan is not None and fast_path else {}
+        self._formulas: tuple[Callable[[], type[torch.autograd.Function]], Callable[[Kernel], type[torch.autograd.Function]]] | None = None
+        self._generic: type[torch.autograd.Function] | None = None
+        self._fast: dict[str, type[torch.autograd.Function]] | None = None
 
-    def __getitem__(self, device: str) -> type[torch.autograd.Function]:
-        fn_cls = self._made.get(device)
+    def _parts(self) -> tuple[Callable[[], type[torch.autograd.Function]], Callable[[Kernel], type[torch.autograd.Function]]]:
+        # Under _CREATE: the closures every Function of the op is made of, made once.
+        if self._formulas is None:
+            self._formulas = _formulas(self._record, self.functorch_entry)
+        return self._formulas
+
+    def generic(self) -> type[torch.autograd.Function]:
+        """The Function the Autograd kernel applies when grad is needed."""
+        fn_cls = self._generic
         if fn_cls is None:
-            make = self._makers[device]  # KeyError for a device without one
             with _CREATE:
-                fn_cls = self._made.get(device)
-                if fn_cls is None:
-                    fn_cls = self._made[device] = make()
+                if self._generic is None:
+                    self._generic = self._parts()[0]()
+                fn_cls = self._generic
         return fn_cls
 
-    def __repr__(self) -> str:
-        return f"LazyFunctions({', '.join(self._makers)})"
+    def __getitem__(self, device: str) -> type[torch.autograd.Function]:
+        fn_cls = self._fast.get(device) if self._fast is not None else None
+        if fn_cls is None:
+            kernel = self._kernels[device]  # KeyError for a device without one
+            with _CREATE:
+                if self._fast is None:
+                    self._fast = {}
+                fn_cls = self._fast.get(device)
+                if fn_cls is None:
+                    fn_cls = self._fast[device] = self._parts()[1](kernel)
+        return fn_cls
 
     def __contains__(self, device: object) -> bool:
-        return device in self._makers
+        return device in self._kernels
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._makers)
+        return iter(self._kernels)
 
     def __len__(self) -> int:
-        return len(self._makers)
+        return len(self._kernels)
 
+    def __repr__(self) -> str:
+        return f"<autograd.Functions of {self._record.qualname}: {', '.join(self._kernels) or 'no fast path'}>"
 
-def made_once(make: Callable[[], _T]) -> Callable[[], _T]:
-    """``make``, run on the first call only (thread-safe); later calls return what it made."""
-    made: tuple[_T] | None = None
-
-    def get() -> _T:
-        nonlocal made
-        if made is None:
-            with _CREATE:
-                if made is None:
-                    made = (make(),)
-        return made[0]
-
-    return get
-
-
-def build_autograd_functions(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Function]], LazyFunctions]:
-    """The op's autograd.Functions, each created on first use: one for the dispatcher's Autograd
-    kernel (its forward redispatches below autograd; returned as the function that gives it)
-    and, for ops without keyword-only arguments, one per device for the eager fast path (its
-    forward calls that device's kernel, nothing else). Sets ``record.functorch_entry``."""
-    formulas = made_once(lambda: _formulas(record, functorch_entry))
-    generic = made_once(lambda: formulas()[0]())
-
-    def functorch_entry(*args: Any, **kwargs: Any) -> Any:
+    def functorch_entry(self, *args: Any, **kwargs: Any) -> Any:
         """The op's call while torch.func transforms are active (from the class call, never
         from inside the dispatcher, where functorch's handling of Functions cannot run).
         A grad/jvp level on top applies the Function; vmap levels reach the op's batching rule."""
         if _C._are_functorch_transforms_active() and _top_level_differentiates():
-            return generic().apply(*args, *kwargs.values(), _Call(None, len(args), tuple(kwargs)))
-        return record.op(*args, **kwargs)  # type: ignore[misc]
-
-    record.functorch_entry = functorch_entry
-    fast: dict[str, Callable[[], type[torch.autograd.Function]]] = {}
-    if record.plan is not None and record.plan.grad == "function" and not any(a.kwarg_only for a in record.schema.arguments):
-        for device, k in record.plan.kernels.items():
-            fast[device] = functools.partial(_fast_function, formulas, k)
-    return generic, LazyFunctions(fast)
+            return self.generic().apply(*args, *kwargs.values(), _Call(None, len(args), tuple(kwargs)))
+        return self._record.op(*args, **kwargs)  # type: ignore[misc]
 
 
-def _fast_function(formulas: Callable[[], tuple[Any, Callable[[Kernel], type[torch.autograd.Function]]]], kernel: Kernel) -> type[torch.autograd.Function]:
-    return formulas()[1](kernel)
+def build_autograd_functions(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Function]], Functions]:
+    """The op's autograd.Functions (see :class:`Functions`), each created on first use: the
+    function that gives the generic one, and the fast path's by device. Sets
+    ``record.functorch_entry``."""
+    functions = Functions(record)
+    record.functorch_entry = functions.functorch_entry
+    return functions.generic, functions
 
 
 def _formulas(

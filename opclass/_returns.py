@@ -25,9 +25,11 @@ _LOCK = threading.Lock()
 _COUNTER = itertools.count()
 _NS = "opclass_returns"
 _CPU = _C.DispatchKeySet(_C.DispatchKey.CPU)
-# exact_predicate's functions by return kinds: ops share a few return types, and compiling one
-# per op was the largest single cost of defining an op.
+# exact_predicate's functions by return kinds, converters by return text: ops share a few return
+# types, and compiling a predicate per op was the largest single cost of defining an op (a
+# converter per op and kernel, a good part of the objects each op kept).
 _PREDICATES: dict[tuple[str, ...], Callable[[Any], bool]] = {}
+_CONVERTERS: dict[str, Callable[[str, Any], Any]] = {}
 
 
 def _companion(returns: str) -> Any:
@@ -94,6 +96,17 @@ def converter(schema: torch._C.FunctionSchema) -> Callable[[str, Any], Any]:
     not optional (the dispatcher makes it an undefined Tensor, or ``False``) is refused, as the
     kernel most likely forgot its ``return``.
     """
+    returns = _return_text(schema)
+    convert = _CONVERTERS.get(returns)
+    if convert is None:
+        # A race makes an equal converter twice; either is right.
+        convert = _CONVERTERS.setdefault(returns, _make_converter(returns, schema))
+    return convert
+
+
+def _make_converter(returns: str, schema: torch._C.FunctionSchema) -> Callable[[str, Any], Any]:
+    """The converter of every op whose returns read ``returns``; of ``schema`` (the first such
+    op's), only the returns are read."""
     if not schema.returns:
 
         def convert_none(where: str, result: Any) -> Any:
@@ -104,19 +117,13 @@ def converter(schema: torch._C.FunctionSchema) -> Callable[[str, Any], Any]:
         return convert_none
     n_returns = len(schema.returns)
     required = tuple(i for i, r in enumerate(schema.returns) if not str(r.real_type).startswith("Optional["))
-    # The companion's return text, found on the first result that needs converting: most ops
-    # never convert, and every op builds converters at definition.
-    returns: str | None = None
 
     def convert(where: str, result: Any) -> Any:
-        nonlocal returns
         if result is None and n_returns == 1 and required:
             raise RuntimeError(_explain(where, schema, result))
         check_arity(where, n_returns, result)
         if n_returns > 1 and isinstance(result, (tuple, list)) and len(result) == n_returns and any(result[i] is None for i in required):
             raise RuntimeError(_explain(where, schema, result))
-        if returns is None:
-            returns = _return_text(schema)
         op = _companion(returns)
         _PENDING.value = result
         try:
