@@ -334,14 +334,18 @@ def _needs_input_grad(flags: tuple[Any, ...], call: _Call, kw_index: dict[str, i
 def plain_keysets(record: OpRecord) -> dict[int, Callable[..., Any]]:
     """Raw keysets at the Autograd key that mean "plain dense tensors on one device", and the
     backend kernel that the dispatcher would reach from there (nothing else runs in between)."""
-    table: dict[int, Callable[..., Any]] = {}
     assert record.plan is not None
-    for device_type, kernel in record.plan.kernels.items():
-        key = getattr(_C.DispatchKey, FAST_DEVICES[device_type])
-        keyset = _C.DispatchKeySet(key).add(getattr(_C.DispatchKey, "Autograd" + key.name))
-        table[keyset.raw_repr()] = kernel.checked
-        table[keyset.add(_C.DispatchKey.ADInplaceOrView).raw_repr()] = kernel.checked
-    return table
+    return {raw: kernel.checked for device_type, kernel in record.plan.kernels.items() for raw in _PLAIN_RAW[device_type]}
+
+
+def _plain_raw(device_type: str) -> tuple[int, int]:
+    key = getattr(_C.DispatchKey, FAST_DEVICES[device_type])
+    keyset = _C.DispatchKeySet(key).add(getattr(_C.DispatchKey, "Autograd" + key.name))
+    return keyset.raw_repr(), keyset.add(_C.DispatchKey.ADInplaceOrView).raw_repr()
+
+
+# Per device type, once: every definition asks.
+_PLAIN_RAW = {device_type: _plain_raw(device_type) for device_type in FAST_DEVICES}
 
 
 def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
