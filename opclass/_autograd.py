@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
-import inspect
 import itertools
+import threading
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 import torch.autograd.forward_ad as _forward_ad
 from torch import _C
 
-from . import _native
+from . import _memo, _native
 from ._alias import check_outputs, output_is_fresh
 from ._plan import FAST_DEVICES
 from ._record import Kernel, OpRecord
@@ -20,6 +19,11 @@ from ._shield import shield
 
 _AFTER_AUTOGRAD = _C._after_autograd_keyset
 _ADIV = _C.DispatchKey.ADInplaceOrView
+# Creating the autograd.Function classes (each with its Backward class) and the closures behind
+# them was among the dearer steps of a definition, in time and in objects the garbage collector
+# then keeps scanning, and most ops of a library are never differentiated: all of it is made on
+# first use, once, under this lock (reentrant: a Function's maker asks for the closures).
+_CREATE = threading.RLock()
 
 
 class _Call:
@@ -34,10 +38,86 @@ class _Call:
         self.kernel = kernel  # the backend kernel the fast path already chose
 
 
-def build_autograd_functions(record: OpRecord) -> tuple[type[torch.autograd.Function], dict[str, type[torch.autograd.Function]]]:
-    """The op's autograd.Functions: one for the dispatcher's Autograd kernel (its forward
-    redispatches below autograd) and, for ops without keyword-only arguments, one per device
-    for the eager fast path (its forward calls that device's kernel, nothing else)."""
+class Functions(Mapping[str, "type[torch.autograd.Function]"]):
+    """An op's autograd.Functions, each created on first use: :meth:`generic` for the
+    dispatcher's Autograd kernel (its forward redispatches below autograd) and, as a mapping,
+    device type -> the eager fast path's Function (its forward calls that device's kernel,
+    nothing else), for ops without keyword-only arguments. Keys are known at once: ``in`` and
+    iteration create nothing. One small object per op, rather than closures per Function."""
+
+    __slots__ = ("_record", "_kernels", "_formulas", "_generic", "_fast")
+
+    def __init__(self, record: OpRecord) -> None:
+        self._record = record
+        plan = record.plan
+        fast_path = plan is not None and plan.grad == "function" and not any(a.kwarg_only for a in record.schema.arguments)
+        self._kernels: Mapping[str, Kernel] = plan.kernels if plan is not None and fast_path else {}
+        self._formulas: tuple[Callable[[], type[torch.autograd.Function]], Callable[[Kernel], type[torch.autograd.Function]]] | None = None
+        self._generic: type[torch.autograd.Function] | None = None
+        self._fast: dict[str, type[torch.autograd.Function]] | None = None
+
+    def _parts(self) -> tuple[Callable[[], type[torch.autograd.Function]], Callable[[Kernel], type[torch.autograd.Function]]]:
+        # Under _CREATE: the closures every Function of the op is made of, made once.
+        if self._formulas is None:
+            self._formulas = _formulas(self._record, self.functorch_entry)
+        return self._formulas
+
+    def generic(self) -> type[torch.autograd.Function]:
+        """The Function the Autograd kernel applies when grad is needed."""
+        fn_cls = self._generic
+        if fn_cls is None:
+            with _CREATE:
+                if self._generic is None:
+                    self._generic = self._parts()[0]()
+                fn_cls = self._generic
+        return fn_cls
+
+    def __getitem__(self, device: str) -> type[torch.autograd.Function]:
+        fn_cls = self._fast.get(device) if self._fast is not None else None
+        if fn_cls is None:
+            kernel = self._kernels[device]  # KeyError for a device without one
+            with _CREATE:
+                if self._fast is None:
+                    self._fast = {}
+                fn_cls = self._fast.get(device)
+                if fn_cls is None:
+                    fn_cls = self._fast[device] = self._parts()[1](kernel)
+        return fn_cls
+
+    def __contains__(self, device: object) -> bool:
+        return device in self._kernels
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._kernels)
+
+    def __len__(self) -> int:
+        return len(self._kernels)
+
+    def __repr__(self) -> str:
+        return f"<autograd.Functions of {self._record.qualname}: {', '.join(self._kernels) or 'no fast path'}>"
+
+    def functorch_entry(self, *args: Any, **kwargs: Any) -> Any:
+        """The op's call while torch.func transforms are active (from the class call, never
+        from inside the dispatcher, where functorch's handling of Functions cannot run).
+        A grad/jvp level on top applies the Function; vmap levels reach the op's batching rule."""
+        if _C._are_functorch_transforms_active() and _top_level_differentiates():
+            return self.generic().apply(*args, *kwargs.values(), _Call(None, len(args), tuple(kwargs)))
+        return self._record.op(*args, **kwargs)  # type: ignore[misc]
+
+
+def build_autograd_functions(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Function]], Functions]:
+    """The op's autograd.Functions (see :class:`Functions`), each created on first use: the
+    function that gives the generic one, and the fast path's by device. Sets
+    ``record.functorch_entry``."""
+    functions = Functions(record)
+    record.functorch_entry = functions.functorch_entry
+    return functions.generic, functions
+
+
+def _formulas(
+    record: OpRecord, functorch_entry: Callable[..., Any]
+) -> tuple[Callable[[], type[torch.autograd.Function]], Callable[[Kernel], type[torch.autograd.Function]]]:
+    """What the op's Functions are made of: ``(make_generic(), make_fast(kernel))``."""
     schema = record.schema
     positional = [a for a in schema.arguments if not a.kwarg_only]
     kw_only = [a for a in schema.arguments if a.kwarg_only]
@@ -53,7 +133,7 @@ def build_autograd_functions(record: OpRecord) -> tuple[type[torch.autograd.Func
     cls_name = record.cls_name
     # The user's setup_context, called directly in its own form (no adapter frame).
     user_setup = record.hooks.get("setup_context")
-    setup_kw = user_setup is not None and "keyword_only_inputs" in inspect.signature(user_setup).parameters
+    setup_kw = user_setup is not None and "keyword_only_inputs" in _memo.signature(user_setup).parameters
     fresh_outputs = len(schema.returns) > 0 and not record.mutated
     is_fresh = output_is_fresh()
     below = call_below_autograd()
@@ -142,7 +222,7 @@ def build_autograd_functions(record: OpRecord) -> tuple[type[torch.autograd.Func
             grads_in.append(result[i] if i < len(result) else None)
         return (*grads_in, None)
 
-    def fast_function(device: str, k: Kernel) -> type[torch.autograd.Function]:
+    def fast_function(k: Kernel) -> type[torch.autograd.Function]:
         # Aliasing errors name the hook whose kernel ran, as on the dispatcher path.
         kernel, where = k.user, k.where
 
@@ -178,31 +258,19 @@ def build_autograd_functions(record: OpRecord) -> tuple[type[torch.autograd.Func
         out = torch.vmap(one, in_dims=tuple(in_dims[:-1]), randomness=info.randomness)(*flat[:-1])
         return out, (0,) * len(out) if isinstance(out, tuple) else 0
 
-    def functorch_entry(*args: Any, **kwargs: Any) -> Any:
-        """The op's call while torch.func transforms are active (from the class call, never
-        from inside the dispatcher, where functorch's handling of Functions cannot run).
-        A grad/jvp level on top applies the Function; vmap levels reach the op's batching rule."""
-        if _C._are_functorch_transforms_active() and _top_level_differentiates():
-            return generic.apply(*args, *kwargs.values(), _Call(None, len(args), tuple(kwargs)))
-        return record.op(*args, **kwargs)  # type: ignore[misc]
+    def make_generic() -> type[torch.autograd.Function]:
+        if _has_lists(schema):
+            # torch's supports_tensorlist wraps only forward(ctx, ...)-style Functions: Tensor-list
+            # ops keep that style, and so get no torch.func transforms and no jvp.
+            def forward_with_ctx(ctx: Any, *flat: Any) -> Any:
+                out = forward(*flat)
+                setup_context(ctx, flat, out)
+                return out
 
-    if _has_lists(schema):
-        # torch's supports_tensorlist wraps only forward(ctx, ...)-style Functions: Tensor-list
-        # ops keep that style, and so get no torch.func transforms and no jvp.
-        def forward_with_ctx(ctx: Any, *flat: Any) -> Any:
-            out = forward(*flat)
-            setup_context(ctx, flat, out)
-            return out
+            return _function_class(f"{cls_name}Function", forward_with_ctx, backward, schema)
+        return _function_class(f"{cls_name}Function", forward, backward, schema, setup_context=setup_context, jvp=jvp, vmap=vmap)
 
-        generic = _function_class(f"{cls_name}Function", forward_with_ctx, backward, schema)
-    else:
-        generic = _function_class(f"{cls_name}Function", forward, backward, schema, setup_context=setup_context, jvp=jvp, vmap=vmap)
-    record.functorch_entry = functorch_entry
-    fast: dict[str, type[torch.autograd.Function]] = {}
-    if not kw_only and record.plan is not None and record.plan.grad == "function":
-        for device, k in record.plan.kernels.items():
-            fast[device] = fast_function(device, k)
-    return generic, fast
+    return make_generic, fast_function
 
 
 def _function_class(
@@ -266,14 +334,18 @@ def _needs_input_grad(flags: tuple[Any, ...], call: _Call, kw_index: dict[str, i
 def plain_keysets(record: OpRecord) -> dict[int, Callable[..., Any]]:
     """Raw keysets at the Autograd key that mean "plain dense tensors on one device", and the
     backend kernel that the dispatcher would reach from there (nothing else runs in between)."""
-    table: dict[int, Callable[..., Any]] = {}
     assert record.plan is not None
-    for device_type, kernel in record.plan.kernels.items():
-        key = getattr(_C.DispatchKey, FAST_DEVICES[device_type])
-        keyset = _C.DispatchKeySet(key).add(getattr(_C.DispatchKey, "Autograd" + key.name))
-        table[keyset.raw_repr()] = kernel.checked
-        table[keyset.add(_C.DispatchKey.ADInplaceOrView).raw_repr()] = kernel.checked
-    return table
+    return {raw: kernel.checked for device_type, kernel in record.plan.kernels.items() for raw in _PLAIN_RAW[device_type]}
+
+
+def _plain_raw(device_type: str) -> tuple[int, int]:
+    key = getattr(_C.DispatchKey, FAST_DEVICES[device_type])
+    keyset = _C.DispatchKeySet(key).add(getattr(_C.DispatchKey, "Autograd" + key.name))
+    return keyset.raw_repr(), keyset.add(_C.DispatchKey.ADInplaceOrView).raw_repr()
+
+
+# Per device type, once: every definition asks.
+_PLAIN_RAW = {device_type: _plain_raw(device_type) for device_type in FAST_DEVICES}
 
 
 def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
@@ -282,15 +354,23 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
     Without grad, plain dense tensors go straight to the backend kernel instead of crossing back
     into the dispatcher; anything else (modes, Python keys, other layouts) is redispatched.
     """
-    fn_cls = record.autograd_function
-    assert fn_cls is not None
-    apply: Callable[..., Any] = fn_cls.apply
+    # The Function's apply, looked up on the first call that needs grad (the class is created then).
+    apply: Callable[..., Any] | None = None
+
+    def function_apply() -> Callable[..., Any]:
+        nonlocal apply
+        fn_cls = record.autograd_function
+        assert fn_cls is not None
+        apply = fn_cls.apply
+        return apply
+
     is_out = record.is_out
     functional = not record.mutated
     opname = record.name
     plain = plain_keysets(record)
-    bump_positions = [i for i in record.mutated if not record.schema.arguments[i].kwarg_only]
-    bump_names = [record.schema.arguments[i].name for i in record.mutated if record.schema.arguments[i].kwarg_only]
+    # Tuples: an empty one is shared, and none of them is a container the collector tracks.
+    bump_positions = tuple(i for i in record.mutated if not record.schema.arguments[i].kwarg_only)
+    bump_names = tuple(record.schema.arguments[i].name for i in record.mutated if record.schema.arguments[i].kwarg_only)
     bump = _C._increment_version
     native = _native.native_module()
     guard = native.guard if native is not None else None
@@ -312,7 +392,7 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
     # Only where the op returns one Tensor does a fresh result need nothing more.
     several = [str(r.real_type) for r in record.schema.returns] != ["Tensor"]
     # _any_requires_grad does not look into lists holding None; the guards do.
-    optional_lists = [i for i, a in enumerate(record.schema.arguments) if str(a.real_type) == "List[Optional[Tensor]]" and not a.kwarg_only]
+    optional_lists = tuple(i for i, a in enumerate(record.schema.arguments) if str(a.real_type) == "List[Optional[Tensor]]" and not a.kwarg_only)
 
     def check_mutation(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         # Autograd cannot record a mutation inside a kernel: the mutated Tensor's history would
@@ -348,7 +428,7 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
                     bump_mutated(bump, args, kwargs, bump_positions, bump_names)
                 return out
             if code & 4 and functional:
-                return apply(*args, _Call(keyset, len(args), ()))
+                return (apply or function_apply())(*args, _Call(keyset, len(args), ()))
         if _C.is_grad_enabled() and (
             _C._any_requires_grad(*args, **kwargs) or (optional_lists and _optional_list_requires_grad(args, optional_lists))
         ):
@@ -361,10 +441,10 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
                 check_mutation(args, kwargs)
             # Under torch.func transforms the Function's forward dispatches the op afresh.
             call_keyset = None if _C._are_functorch_transforms_active() else keyset
-            return apply(*args, *kwargs.values(), _Call(call_keyset, len(args), tuple(kwargs)))
+            return (apply or function_apply())(*args, *kwargs.values(), _Call(call_keyset, len(args), tuple(kwargs)))
         if functional and _forward_ad._current_level >= 0:
             # Dual tensors need not require grad: let the Function give tangents (or say it cannot).
-            return apply(*args, *kwargs.values(), _Call(keyset, len(args), tuple(kwargs)))
+            return (apply or function_apply())(*args, *kwargs.values(), _Call(keyset, len(args), tuple(kwargs)))
         kernel = plain.get(keyset.raw_repr())
         if kernel is None:
             with _C._AutoDispatchBelowAutograd():
@@ -377,7 +457,7 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
     return autograd_kernel
 
 
-def _optional_list_requires_grad(args: tuple[Any, ...], positions: list[int]) -> bool:
+def _optional_list_requires_grad(args: tuple[Any, ...], positions: Sequence[int]) -> bool:
     return any(t is not None and t.requires_grad for i in positions if i < len(args) for t in args[i])
 
 
@@ -392,13 +472,13 @@ def _guard_specs(record: OpRecord) -> dict[int, bytes]:
     return {n: "".join(letters[:n]).encode() for n in range(len(letters) + 1)}
 
 
-def mutated_tensors(args: tuple[Any, ...], kwargs: dict[str, Any], positions: list[int], names: list[str], schema: Any) -> list[tuple[str, torch.Tensor]]:
+def mutated_tensors(args: tuple[Any, ...], kwargs: dict[str, Any], positions: Sequence[int], names: Sequence[str], schema: Any) -> list[tuple[str, torch.Tensor]]:
     """``(argument name, Tensor)`` for every Tensor the call writes to (list elements included)."""
     values = [(schema.arguments[i].name, args[i]) for i in positions if i < len(args)] + [(n, kwargs[n]) for n in names if n in kwargs]
     return [(n, t) for n, v in values for t in (v if isinstance(v, (list, tuple)) else (v,)) if isinstance(t, torch.Tensor)]
 
 
-def bump_mutated(bump: Callable[[Any], None], args: tuple[Any, ...], kwargs: dict[str, Any], positions: list[int], names: list[str]) -> None:
+def bump_mutated(bump: Callable[[Any], None], args: tuple[Any, ...], kwargs: dict[str, Any], positions: Sequence[int], names: Sequence[str]) -> None:
     """Bump the version counter of each mutated Tensor (``bump`` skips inference tensors)."""
     values = [args[i] for i in positions if i < len(args)] + [kwargs[n] for n in names if n in kwargs]
     bump([t for v in values for t in (v if isinstance(v, (list, tuple)) else (v,)) if isinstance(t, torch.Tensor)])

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping
 
 import torch
 
-from . import _compat, _existing, _record, _register, _schema
+from . import _compat, _existing, _memo, _record, _register, _schema
 from ._codegen import install_call
 from ._hooks import Hook, HookContext, hooks
 from ._names import CLASS_KEYWORDS as _CLASS_KEYWORDS
@@ -269,9 +269,13 @@ class OpBuilder:
                 text = _schema.derive(fn, _schema.tensor_parameters(fn) if kw.mutates_unknown else kw.mutates_args, kw.tags)
             except _schema.SchemaProblem as e:
                 self.fail(hook, e.problem, e.fix, fn)
-            derived.append((hook, text, self._parse(qualname, text, hook)))
+            # Kernels annotated alike (cpu and abstract, typically) give the same text: parsed once.
+            same = next((parsed for _, t, parsed in derived if t == text), None)
+            derived.append((hook, text, same if same is not None else self._parse(qualname, text, hook)))
         for hook, text, parsed in derived[1:]:
             first_hook, first_text, first = derived[0]
+            if text == first_text:
+                continue
             diff = _schema.describe_difference(first, parsed)
             if diff is not None:
                 self.fail(
@@ -377,7 +381,7 @@ class OpBuilder:
 
     # ------------------------------------------------------------------ 3. build
 
-    def build(self, kw: Keywords, ns: str, name: str, overload: str, schema: torch._C.FunctionSchema) -> OpSpec:
+    def build(self, kw: Keywords, ns: str, name: str, overload: str, schema: torch._C.FunctionSchema, signature: inspect.Signature) -> OpSpec:
         schema_str = self.schema_text
         mutated = tuple(i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write)
         return OpSpec(
@@ -387,7 +391,7 @@ class OpBuilder:
             overload=overload,
             schema_str=schema_str,
             schema=schema,
-            signature=_schema.python_signature(schema),
+            signature=signature,
             tags=kw.tags,
             hooks=dict(self.defined),
             cls_name=self.cls_name,
@@ -455,6 +459,10 @@ class OpBuilder:
     # ------------------------------------------------------------------ driver
 
     def run(self) -> None:
+        with _memo.one_definition():
+            self._run()
+
+    def _run(self) -> None:
         self.collect()
         self.validate_attributes()
         kw = self.validate_keywords()
@@ -472,7 +480,7 @@ class OpBuilder:
         self.validate_hooks(qualname, schema, signature, kw.tags)
         if kw.existing:
             self.validate_existing(qualname)
-        self.register(self.build(kw, ns, name, overload, schema))
+        self.register(self.build(kw, ns, name, overload, schema, signature))
 
 
 def install(spec: OpSpec) -> OpRecord:

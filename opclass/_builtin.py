@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import collections.abc
-import inspect
 import warnings
 from typing import Any, Callable
 
 import torch
 from torch import _C
 
-from . import _debug, _eager
+from . import _debug, _eager, _memo
 from ._alias import check_arity
 from ._compat import MUTATION_TAGS, OUT_TAG, tagged_out
 from ._hooks import Hook, HookContext, positional_count as _positional_count, register_hook
@@ -110,7 +109,7 @@ def _check_autograd(fn: Any, ctx: HookContext) -> None:
 
 def _check_setup_context(fn: Any, ctx: HookContext) -> None:
     _check_autograd(fn, ctx)
-    params = inspect.signature(fn).parameters
+    params = _memo.signature(fn).parameters
     names = list(params)
     has_kw_only = any(a.kwarg_only for a in ctx.schema.arguments)
     if has_kw_only and names == ["ctx", "inputs", "output"]:
@@ -127,7 +126,7 @@ def _check_setup_context(fn: Any, ctx: HookContext) -> None:
 
 
 def _install_setup_context(record: OpRecord, fn: Callable[..., Any]) -> None:
-    if "keyword_only_inputs" in inspect.signature(fn).parameters:
+    if "keyword_only_inputs" in _memo.signature(fn).parameters:
         record.setup_context = fn
     else:
         record.setup_context = lambda ctx, inputs, keyword_only_inputs, output: fn(ctx, inputs, output)
@@ -247,7 +246,7 @@ def _install_torch_dispatch(record: OpRecord, value: dict[type, Callable[..., An
 
 def _check_samples(fn: Any, ctx: HookContext) -> None:
     try:
-        params = inspect.signature(fn).parameters.values()
+        params = _memo.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return
     if any(p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):

@@ -212,7 +212,6 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
     (tracing): apply the Function, whose forward stays opaque and whose backward is the backward op.
     No grad: the backend kernel, as for any op.
     """
-    apply = record.autograd_function.apply  # type: ignore[union-attr]
     plain = plain_keysets(record)
     fresh = output_is_fresh()
     n_returns = len(record.schema.returns)
@@ -240,7 +239,8 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
                 return out
             if grad:
                 call_keyset = None if _C._are_functorch_transforms_active() else keyset
-                return apply(*args, *kwargs.values(), _Call(call_keyset, len(args), tuple(kwargs)))
+                # Under a mode only (tracing): the Function is created on first need.
+                return record.autograd_function.apply(*args, *kwargs.values(), _Call(call_keyset, len(args), tuple(kwargs)))  # type: ignore[union-attr]
         backend = plain.get(keyset.raw_repr())
         if backend is not None:
             return backend(*args, **kwargs)

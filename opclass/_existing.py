@@ -134,7 +134,7 @@ def register_core(record: OpRecord) -> None:
     assert lib is not None
     name = record.overload_name()
     # The Functions are built in any case: the call function and torch.func entry use them.
-    record.autograd_function, record.fast_functions = build_autograd_functions(record)
+    record.make_autograd_function, record.fast_functions = build_autograd_functions(record)
     if record.backward is not None:
         lib.impl(name, make_autograd_kernel(record), "Autograd", with_keyset=True)
     if not any("Tensor" in str(a.type) for a in record.schema.arguments) and any(k is not None for k in record.kernels):

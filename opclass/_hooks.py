@@ -7,12 +7,12 @@ party registers a new one, so whatever a built-in hook can do, an extension can 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import torch
 
+from . import _memo
 from .errors import OpDefinitionError, formatdef
 
 if TYPE_CHECKING:
@@ -144,7 +144,7 @@ def hooks() -> Mapping[str, Hook]:
 def positional_count(fn: Any) -> int | None:
     """For hook checks: how many positional parameters ``fn`` takes, or ``None`` if it takes ``*args``."""
     try:
-        params = inspect.signature(fn).parameters.values()
+        params = _memo.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return None
     if any(p.kind is p.VAR_POSITIONAL for p in params):

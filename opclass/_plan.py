@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import torch
 
+from . import _memo
+
 if TYPE_CHECKING:
     from ._record import Kernel, OpRecord
 
@@ -31,6 +33,9 @@ _REACHABLE = frozenset(
     {*FAST_DEVICES.values(), *_AUTOCAST, _DEFAULT, "CompositeExplicitAutogradNonFunctional", "CompositeImplicitAutograd",
      "Autograd", "AutogradCPU", "AutogradCUDA", "AutogradOther", "ADInplaceOrView", "BackendSelect"}
 )
+# The keys as enum values: asking the dispatcher with a key's name costs a parse of the name (several
+# times the lookup itself), and every definition asks about each of these keys.
+_REACHABLE_KEYS = {name: getattr(torch._C.DispatchKey, name) for name in sorted(_REACHABLE)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,9 +85,9 @@ def build_plan(record: OpRecord, registrations: list[Registration]) -> CallPlan:
     for r in registrations:
         if r.op_name == spec.overload_name():
             last[r.key] = r
-    for key in _REACHABLE - set(last):
+    for key, enum in _REACHABLE_KEYS.items():
         # A kernel some other Library put there (torch.library.register_autocast without lib=...).
-        if torch._C._dispatch_has_kernel_for_dispatch_key(spec.qualname, key):
+        if key not in last and torch._C._dispatch_has_kernel_for_dispatch_key(spec.qualname, enum):
             last[key] = Registration(spec.overload_name(), key, _outside, "")
     autocast = tuple(_AUTOCAST[k] for k in last if k in _AUTOCAST)
     foreign = [r for k, r in last.items() if k in _REACHABLE and k not in _AUTOCAST and k not in (*FAST_DEVICES.values(), _DEFAULT) and r.hook is not None]
@@ -146,7 +151,7 @@ def _default_mismatch(kernel: Kernel, signature: inspect.Signature) -> str | Non
     """Why the kernel would see other arguments from the fast path than from the dispatcher, which
     leaves out arguments equal to their default (the kernel then uses its own default)."""
     try:
-        own = inspect.signature(kernel.user).parameters
+        own = _memo.signature(kernel.user).parameters
     except (TypeError, ValueError):
         return None
     for name, p in signature.parameters.items():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import threading
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import torch
 from torch.fx.node import _side_effectful_functions
@@ -133,10 +133,11 @@ class OpRecord(OpSpec):
         self.eager_autograd = False
         #: The ``samples()`` hook, representative inputs for :mod:`opclass.testing` (metadata only).
         self.samples: Callable[..., Any] | None = None
-        #: The autograd.Function the Autograd kernel applies when grad is needed.
-        self.autograd_function: type[torch.autograd.Function] | None = None
-        #: Per device type, the Function the eager fast path applies (its forward calls that kernel).
-        self.fast_functions: dict[str, type[torch.autograd.Function]] = {}
+        #: Gives the autograd.Function of :attr:`autograd_function` (created on its first call).
+        self.make_autograd_function: Callable[[], type[torch.autograd.Function]] | None = None
+        #: Per device type, the Function the eager fast path applies (its forward calls that
+        #: kernel); each is created on first lookup.
+        self.fast_functions: Mapping[str, type[torch.autograd.Function]] = {}
         #: What a plain eager call may do without the dispatcher (see :mod:`opclass._plan`).
         self.plan: CallPlan | None = None
         #: True while this install is the op's current one (False once replaced or removed).
@@ -148,6 +149,14 @@ class OpRecord(OpSpec):
 
     def __repr__(self) -> str:
         return f"<OpRecord {self.qualname}{self.schema_str}; {self.plan or 'not installed'}>"
+
+    @property
+    def autograd_function(self) -> type[torch.autograd.Function] | None:
+        """The autograd.Function the Autograd kernel applies when grad is needed (``None``
+        before the install made one); created on first use, as most ops are never
+        differentiated."""
+        make = self.make_autograd_function
+        return make() if make is not None else None
 
     def kernel_for(self, device_type: str) -> Kernel | None:
         """The kernel that serves ``device_type`` (its own hook, else ``default``), or ``None``."""

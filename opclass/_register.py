@@ -100,7 +100,7 @@ def register_core(record: OpRecord) -> None:
     lib = record.lib
     assert lib is not None
     name = record.overload_name()
-    record.autograd_function, record.fast_functions = build_autograd_functions(record)
+    record.make_autograd_function, record.fast_functions = build_autograd_functions(record)
     if record.eager_autograd:
         # Differentiated through its kernel: torch.func sees the kernel.
         record.functorch_entry = _eager.direct_entry(record)

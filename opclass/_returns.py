@@ -24,6 +24,12 @@ _PENDING = threading.local()
 _LOCK = threading.Lock()
 _COUNTER = itertools.count()
 _NS = "opclass_returns"
+_CPU = _C.DispatchKeySet(_C.DispatchKey.CPU)
+# exact_predicate's functions by return kinds, converters by return text: ops share a few return
+# types, and compiling a predicate per op was the largest single cost of defining an op (a
+# converter per op and kernel, a good part of the objects each op kept).
+_PREDICATES: dict[tuple[str, ...], Callable[[Any], bool]] = {}
+_CONVERTERS: dict[str, Callable[[str, Any], Any]] = {}
 
 
 def _companion(returns: str) -> Any:
@@ -65,7 +71,10 @@ _EXACT = {
 def exact_check(schema: torch._C.FunctionSchema, var: str) -> str | None:
     """A Python expression true when ``var`` already is what the dispatcher would return;
     ``None`` when no cheap expression exists (then every result is converted)."""
-    kinds = [str(r.real_type) for r in schema.returns]
+    return _exact_text(tuple(str(r.real_type) for r in schema.returns), var)
+
+
+def _exact_text(kinds: tuple[str, ...], var: str) -> str | None:
     if not kinds:
         return f"{var} is None"
     if any(k not in _EXACT for k in kinds):
@@ -87,6 +96,17 @@ def converter(schema: torch._C.FunctionSchema) -> Callable[[str, Any], Any]:
     not optional (the dispatcher makes it an undefined Tensor, or ``False``) is refused, as the
     kernel most likely forgot its ``return``.
     """
+    returns = _return_text(schema)
+    convert = _CONVERTERS.get(returns)
+    if convert is None:
+        # A race makes an equal converter twice; either is right.
+        convert = _CONVERTERS.setdefault(returns, _make_converter(returns, schema))
+    return convert
+
+
+def _make_converter(returns: str, schema: torch._C.FunctionSchema) -> Callable[[str, Any], Any]:
+    """The converter of every op whose returns read ``returns``; of ``schema`` (the first such
+    op's), only the returns are read."""
     if not schema.returns:
 
         def convert_none(where: str, result: Any) -> Any:
@@ -95,10 +115,8 @@ def converter(schema: torch._C.FunctionSchema) -> Callable[[str, Any], Any]:
             return None
 
         return convert_none
-    returns = _return_text(schema)
-    key = _C.DispatchKeySet(_C.DispatchKey.CPU)
     n_returns = len(schema.returns)
-    required = [i for i, r in enumerate(schema.returns) if not str(r.real_type).startswith("Optional[")]
+    required = tuple(i for i, r in enumerate(schema.returns) if not str(r.real_type).startswith("Optional["))
 
     def convert(where: str, result: Any) -> Any:
         if result is None and n_returns == 1 and required:
@@ -109,7 +127,7 @@ def converter(schema: torch._C.FunctionSchema) -> Callable[[str, Any], Any]:
         op = _companion(returns)
         _PENDING.value = result
         try:
-            return op.redispatch(key)
+            return op.redispatch(_CPU)
         except (RuntimeError, TypeError) as e:
             error = RuntimeError if isinstance(e, RuntimeError) else TypeError
         finally:
@@ -130,7 +148,7 @@ def accepts(kind: str, value: Any) -> bool:
         return True
     _PENDING.value = value
     try:
-        op.redispatch(_C.DispatchKeySet(_C.DispatchKey.CPU))
+        op.redispatch(_CPU)
         return True
     except (RuntimeError, TypeError):
         return False
@@ -146,6 +164,11 @@ def _explain(where: str, schema: torch._C.FunctionSchema, result: Any) -> str:
 
 def exact_predicate(schema: torch._C.FunctionSchema) -> Callable[[Any], bool]:
     """``is_exact(result)``: :func:`exact_check` as a function (never true without an expression)."""
-    text = exact_check(schema, "out")
-    predicate: Callable[[Any], bool] = eval(f"lambda out: {text or 'False'}", {"_T": torch.Tensor})  # noqa: S307
+    kinds = tuple(str(r.real_type) for r in schema.returns)
+    predicate = _PREDICATES.get(kinds)
+    if predicate is None:
+        text = _exact_text(kinds, "out")
+        predicate = eval(f"lambda out: {text or 'False'}", {"_T": torch.Tensor})  # noqa: S307
+        # A race writes an equal function twice; either is right.
+        predicate = _PREDICATES.setdefault(kinds, predicate)
     return predicate

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import Tensor
 
+from . import _memo
 from ._compat import plain_opaque_values, tagged_inplace, tagged_out
 from .errors import format_annotation
 
@@ -79,6 +80,10 @@ def resolve_annotations(fn: Any) -> dict[str, Any]:
     (``list["Tensor"]``, ``Optional["Tensor"]``); names that only exist in an enclosing function
     are found through the closure, which is how locally defined ops still work.
     """
+    return dict(_memo.once("annotations", fn, _resolve_annotations))  # a copy: the caller's to change
+
+
+def _resolve_annotations(fn: Any) -> dict[str, Any]:
     raw = dict(getattr(fn, "__annotations__", {}) or {})
     if not any(_has_string(v) for v in raw.values()):
         return raw
@@ -398,7 +403,7 @@ def _default_repr(value: Any) -> str:
 def derive(fn: Any, mutates_args: Sequence[str], tags: Sequence[torch.Tag]) -> str:
     """The schema string ``(Tensor x, ...) -> Tensor`` for a kernel's annotated signature."""
     annotations = resolve_annotations(fn)
-    sig = inspect.signature(fn)
+    sig = _memo.signature(fn)
     params = []
     saw_kw_only = False
     positional: list[tuple[int, str, str]] = []  # (index, name, type) of positional params
@@ -634,13 +639,13 @@ def annotation_problem(fn: Any, schema: torch._C.FunctionSchema) -> str | None:
 def fully_annotated(fn: Any) -> bool:
     """Every parameter and the return annotated: the hook's annotations alone give a schema."""
     annotations = getattr(fn, "__annotations__", None) or {}
-    return "return" in annotations and all(name in annotations for name in inspect.signature(fn).parameters)
+    return "return" in annotations and all(name in annotations for name in _memo.signature(fn).parameters)
 
 
 def kernel_signature_problem(fn: Any, schema: torch._C.FunctionSchema) -> str | None:
     """Why an unannotated kernel cannot take the op's arguments, or ``None`` if it can."""
     try:
-        sig = inspect.signature(fn)
+        sig = _memo.signature(fn)
     except (TypeError, ValueError):
         return None
     ps = list(sig.parameters.values())

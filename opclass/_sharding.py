@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
 
 import torch
 
+from . import _memo
 from ._compat import dtensor_refused_out, tagged_inplace, tagged_out
 from ._hooks import Hook, HookContext, positional_count as _positional_count
 from ._record import OpRecord
@@ -82,7 +83,7 @@ def _check_sharding(fn: Any, ctx: HookContext) -> None:
         ctx.fail(f"takes {n} positional parameters, but the op has {len(positional)}", fix)
     if keyword:
         try:
-            sig = inspect.signature(fn).parameters
+            sig = _memo.signature(fn).parameters
         except (TypeError, ValueError):
             sig = None
         if sig is not None and not any(p.kind is p.VAR_KEYWORD for p in sig.values()):

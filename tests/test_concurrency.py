@@ -335,6 +335,29 @@ def test_concurrent_definitions_of_distinct_ops(ns: str) -> None:
     assert len({cls.record.qualname for classes in results for cls in classes}) == N_THREADS * per_thread
 
 
+def test_first_grad_calls_from_many_threads_share_one_function(ns: str) -> None:
+    """An op's autograd.Functions are made on its first call that needs one: eight threads making
+    that first call at once (half through the class, half through torch.ops) all get right outputs
+    and gradients, and one Function class per call path (10 fresh ops)."""
+    for round_ in range(10):
+        factor = float(round_ + 2)
+        cls = define_scale(f"{ns}::first_{round_}", factor)
+        op = getattr(getattr(torch.ops, ns), f"first_{round_}")
+
+        def call(i: int) -> type:
+            leaf = torch.ones(3, requires_grad=True)
+            out = cls(leaf) if i % 2 == 0 else op(leaf)
+            assert torch.equal(out.detach(), torch.full((3,), factor))
+            out.sum().backward()
+            assert leaf.grad is not None and torch.equal(leaf.grad, torch.full((3,), factor))
+            return type(out.grad_fn)
+
+        kinds = run_threads(call)
+        # The Function a later call applies is the one every first caller got, on either path.
+        later = [type(f(torch.ones(3, requires_grad=True)).grad_fn) for f in (cls, op)]
+        assert all(k is later[0] for k in kinds[0::2]) and all(k is later[1] for k in kinds[1::2]), f"round {round_}: {kinds}"
+
+
 def define_concurrently(qualname: str, factors: list[float]) -> tuple[list[Any], list[BaseException]]:
     """``len(factors)`` threads define ``qualname`` at once; their classes and what they raised."""
     errors: list[BaseException] = []
