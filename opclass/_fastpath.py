@@ -165,7 +165,7 @@ def fast_source(record: OpRecord, name: str, python_guard: bool = False, as_new:
     three-way check of :mod:`opclass.testing` compares the two).
     """
     plan = record.plan
-    if plan is None or plan.off is not None or record.autograd_function is None:
+    if plan is None or plan.off is not None or record.make_autograd_function is None:
         return None
     params = [_Param(a.name, str(a.real_type), a.kwarg_only) for a in record.schema.arguments]
     configs = plan.configs

@@ -16,6 +16,7 @@ from torch import Tensor
 
 import opclass
 from opclass import CustomOp
+from opclass._codegen import call_function
 
 native = pytest.mark.skipif(opclass.guard_backend() != "native", reason="the C entry needs the native guard")
 
@@ -38,7 +39,10 @@ def make_axpy(ns: str, calls: list[str] | None = None) -> Any:
 
 @native
 def test_simple_ops_get_an_entry_others_do_not(ns: str) -> None:
-    assert make_axpy(ns)._opclass_fast is not None
+    axpy = make_axpy(ns)
+    assert axpy._opclass_fast is None  # made with the call function, on the op's first call
+    call_function(axpy)
+    assert axpy._opclass_fast is not None
 
     class KwOnly(CustomOp, name=f"{ns}::kw_only"):
         @staticmethod
@@ -68,6 +72,7 @@ def test_simple_ops_get_an_entry_others_do_not(ns: str) -> None:
             return x.to(dtype)
 
     for op in (KwOnly, Lists, Mutates, Autocast, WithDtype):
+        call_function(op)
         assert op._opclass_fast is None, op
 
 
