@@ -137,6 +137,7 @@ def _formulas(
     fresh_outputs = len(schema.returns) > 0 and not record.mutated
     is_fresh = output_is_fresh()
     below = call_below_autograd()
+    below_guard = None if _native.native_module() is not None else _C._AutoDispatchBelowAutograd
     convert = converter(schema)
     is_exact = exact_predicate(schema)
     # Only a Tensor-returning op's fresh Tensor is final: everything else is finished.
@@ -227,8 +228,13 @@ def _formulas(
         kernel, where = k.user, k.where
 
         def fast_forward(ctx: Any, *args: Any) -> Any:
-            # The kernel sees what it sees on the dispatcher path: autograd below it.
-            out = below(kernel, *args)
+            # The kernel sees what it sees on the dispatcher path: autograd below it (the guard
+            # object inline without the native guard: one Python frame less than below()).
+            if below_guard is None:
+                out = below(kernel, *args)
+            else:
+                with below_guard():
+                    out = kernel(*args)
             if not is_fresh(out) or not single_tensor:
                 if not is_exact(out):
                     out = convert(where, out)
