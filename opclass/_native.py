@@ -146,8 +146,11 @@ def _build_and_switch() -> None:
         done = subprocess.run([sys.executable, "-m", "opclass.native"], capture_output=True, text=True, env=env, check=False)
         path = _built_library(cache_dir())
         if path is None:
-            lines = (done.stderr or done.stdout).strip().splitlines()
-            _reason = f"background build failed: {lines[-1] if lines else f'exit status {done.returncode}'}"
+            # `python -m opclass.native` says why in one message (the compiler's error may span lines).
+            text = done.stderr or done.stdout or f"exit status {done.returncode}"
+            start = text.find("native guard not built")
+            said = " ".join(text[start if start >= 0 else 0 :].split())
+            _reason = f"background build failed: {said[:400]}"
             return
         module = _import(path)
     except Exception as e:  # never an error in the user's program: the Python guard stays

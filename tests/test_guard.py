@@ -169,3 +169,25 @@ def test_native_guard_reads_thread_local_state() -> None:
     seen: list[int] = []
     torch.vmap(lambda t: seen.append(_guard(b"T", t)) or t)(torch.ones(2, 2))
     assert seen == [0]
+
+
+def test_background_build_without_a_compiler_keeps_the_python_guard(tmp_path: Path) -> None:
+    probe = textwrap.dedent(
+        """
+        import torch, opclass
+        from opclass import _native
+        from torch import Tensor
+        class Op(opclass.CustomOp, name="guard_probe::op"):
+            @staticmethod
+            def cpu(x: Tensor) -> Tensor:
+                return x + 1
+        assert not _native.wait_for_build(300)
+        assert torch.equal(Op(torch.zeros(2)), torch.ones(2))
+        print(opclass.guard_info())
+        """
+    )
+    env = {**os.environ, "OPCLASS_GUARD": "auto", "OPCLASS_CACHE_DIR": str(tmp_path), "CXX": str(tmp_path / "no-compiler")}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("python: background build failed: native guard not built (")
+    assert "no-compiler" in out.stdout  # the compiler it could not run
