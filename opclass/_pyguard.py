@@ -172,12 +172,19 @@ def _self_test(factory: Callable[[Sequence[Any]], Callable[..., bool]]) -> str |
             return "ignores autocast"
     # Included keys must show too; the generated call checks the ones that do not (dispatch
     # modes' Python keys, the Python dispatcher, jit tracing) itself.
-    for name in ("Functionalize", "PreDispatch", "FuncTorchDynamicLayerFrontMode", "Meta", "Conjugate"):
+    # (Not Meta: setting it, even briefly, leaves torch state behind that breaks later factory calls.)
+    for name in ("Functionalize", "PreDispatch", "FuncTorchDynamicLayerFrontMode", "Conjugate"):
         key = getattr(_C.DispatchKey, name, None)
-        if key is not None:
-            with _C._IncludeDispatchKeyGuard(key):
-                if check(a, b):
-                    return f"ignores {name} included in dispatch"
+        if key is None or _C._dispatch_tls_is_dispatch_key_included(key):
+            continue
+        # Set and cleared by hand: torch 2.11's _IncludeDispatchKeyGuard does not restore on __exit__.
+        _C._dispatch_tls_set_dispatch_key_included(key, True)
+        try:
+            ignored = check(a, b)
+        finally:
+            _C._dispatch_tls_set_dispatch_key_included(key, False)
+        if ignored:
+            return f"ignores {name} included in dispatch"
     return None
 
 

@@ -191,3 +191,22 @@ def test_background_build_without_a_compiler_keeps_the_python_guard(tmp_path: Pa
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("python: background build failed: native guard not built (")
     assert "no-compiler" in out.stdout  # the compiler it could not run
+
+
+def test_python_guard_self_test_leaves_torch_as_it_found_it() -> None:
+    probe = textwrap.dedent(
+        """
+        import torch
+        from torch import _C
+        from opclass import _pyguard
+        before = (_C._dispatch_tls_local_include_set(), _C._dispatch_tls_local_exclude_set(), torch.is_grad_enabled())
+        assert _pyguard.factory() is not None, _pyguard.status()
+        after = (_C._dispatch_tls_local_include_set(), _C._dispatch_tls_local_exclude_set(), torch.is_grad_enabled())
+        assert before == after, (before, after)
+        assert (torch.randn(2) + 1).device.type == "cpu"  # factory functions still dispatch normally
+        print(_pyguard.status())
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "cached checks (torch._C._dynamo.guards.TensorGuards)"
