@@ -194,7 +194,13 @@ def factory() -> Callable[[Sequence[Any]], Callable[..., bool]] | None:
     if not _tried:
         with _lock:
             if not _tried:
-                _factory = _make_factory()
+                # In a thread of its own: the first miss may come under inference_mode, autocast,
+                # no_grad or excluded keys, and the self-test needs a thread's default state.
+                made: list[Callable[[Sequence[Any]], Callable[..., bool]] | None] = [None]
+                worker = threading.Thread(target=lambda: made.__setitem__(0, _make_factory()), name="opclass-guard-self-test")
+                worker.start()
+                worker.join()
+                _factory = made[0]
                 _tried = True
     return _factory
 

@@ -210,3 +210,25 @@ def test_python_guard_self_test_leaves_torch_as_it_found_it() -> None:
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "cached checks (torch._C._dynamo.guards.TensorGuards)"
+
+
+@pytest.mark.parametrize("state", ["inference_mode", "autocast", "no_grad"])
+def test_python_guard_self_test_passes_whatever_state_the_first_call_is_in(state: str) -> None:
+    probe = textwrap.dedent(
+        f"""
+        import torch, opclass
+        from opclass import _pyguard
+        from torch import Tensor
+        class Op(opclass.CustomOp, name="guard_probe::op"):
+            @staticmethod
+            def cpu(x: Tensor) -> Tensor:
+                return x + 1
+        state = {{"inference_mode": torch.inference_mode, "autocast": lambda: torch.autocast("cpu"), "no_grad": torch.no_grad}}[{state!r}]
+        with state():
+            assert torch.equal(Op(torch.zeros(2)), torch.ones(2))  # the first call: a miss, then the self-test
+        print(_pyguard.status())
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300, env={**os.environ, "OPCLASS_GUARD": "python"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "cached checks (torch._C._dynamo.guards.TensorGuards)"
