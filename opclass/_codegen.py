@@ -93,6 +93,7 @@ def install_call(record: OpRecord, cls: Any) -> None:
         return cls(*args, **kwargs)
 
     first_call.__opclass_new__ = as_new  # type: ignore[attr-defined]
+    first_call.__opclass_stand_in__ = True  # type: ignore[attr-defined]
     first_call.__qualname__ = f"{cls.__qualname__}.{'__new__' if as_new else '__call__'}"
     cls._opclass_call = shield(first_call)
 
@@ -119,7 +120,7 @@ def build_call(record: OpRecord, cls: Any) -> None:
 def call_function(cls: Any) -> Callable[..., Any]:
     """``cls``'s generated call function, generated now if the op was not called yet."""
     call = cls.__dict__["_opclass_call"]
-    if getattr(call, "__name__", "") == "first_call":
+    if getattr(call, "__opclass_stand_in__", False):
         record = cls.__dict__["_opclass_record"]
         with _record.LOCK:
             if cls.__dict__["_opclass_call"] is call:

@@ -13,6 +13,9 @@ Guards, in order of cost:
           arguments of the exact Python type the dispatcher would hand the kernel;
   device  every Tensor on the device of the first one, which has a kernel (cpu, cuda);
   plain   strided layout, no conjugate or negative bit.
+
+The Tensor checks are one C call: the native guard's, or with the Python guard torch's Tensor
+check against the op's recorded plain calls (:mod:`opclass._pyguard`).
 """
 
 from __future__ import annotations
@@ -33,8 +36,6 @@ from ._record import OpRecord
 from ._returns import converter, exact_check, exact_predicate
 from ._alias import check_outputs, output_is_fresh
 
-_PLAIN = frozenset({torch.Tensor, torch.nn.Parameter})
-
 # Exact Python types the dispatcher passes to a Python kernel, per schema type.
 _SCALAR_TYPES: dict[str, str] = {
     # The dispatcher rejects ints outside int64 with RuntimeError; the kernel must never see them.
@@ -48,20 +49,6 @@ _SCALAR_TYPES: dict[str, str] = {
     "Layout": "type({v}) is _layout",
     "MemoryFormat": "type({v}) is _memory_format",
 }
-
-
-def _tensor_list_ok(xs: Any, ok: frozenset[int], optional: bool) -> bool:
-    """Every element a plain Tensor whose key set is in ``ok`` (``None`` allowed for ``Tensor?[]``)."""
-    for t in xs:
-        if t is None and optional:
-            continue
-        if type(t) not in _PLAIN or _C._dispatch_keys(t).raw_repr() not in ok:
-            return False
-    return True
-
-
-def _tensor_list_rg(xs: Any) -> bool:
-    return any(t is not None and t.requires_grad for t in xs)
 
 
 def merge_keywords(extra: tuple[Any, ...], keywords: dict[str, Any], values: tuple[Any, ...], names: tuple[str, ...]) -> tuple[Any, ...] | None:
@@ -100,18 +87,6 @@ def call_passed(op: Any, names: tuple[str, ...], values: tuple[Any, ...], keywor
             args.append(value)
     kwargs.update((k, v) for k, v in keywords.items() if v is not _pyguard.MISSING)
     return op(*args, **kwargs)
-
-
-def _first_device(*values: Any) -> str | None:
-    """Device type of the first Tensor among optional Tensors and Tensor lists."""
-    for v in values:
-        if isinstance(v, torch.Tensor):
-            return v.device.type
-        if isinstance(v, (list, tuple)):
-            for t in v:
-                if isinstance(t, torch.Tensor):
-                    return t.device.type
-    return None
 
 
 @dataclasses.dataclass
@@ -186,7 +161,7 @@ def fast_source(record: OpRecord, name: str, python_guard: bool = False, as_new:
     elif tensors or lists:
         lines = gen.cached(tensors, lists, value_guards)
     else:
-        lines = gen.python(tensors, lists, value_guards)
+        lines = gen.python(value_guards)
     source = "\n".join([*head, *lines, *functorch_lines(record, closure, gen.call_args), *tail]) + "\n"
     return source, closure
 
@@ -308,7 +283,6 @@ def _closure(record: OpRecord, plan: CallPlan) -> dict[str, Any]:
     closure: dict[str, Any] = {
         # The OpOverload's own C callable: what OpOverload.__call__ calls, one frame less.
         "_op": record.op._op,
-        "_plain": _PLAIN,
         "_seq": (list, tuple),
         "_number": frozenset({int, float, bool}),
         "_dtype": torch.dtype,
@@ -316,15 +290,11 @@ def _closure(record: OpRecord, plan: CallPlan) -> dict[str, Any]:
         "_layout": torch.layout,
         "_memory_format": torch.memory_format,
         "_tfm": _C._is_torch_function_mode_enabled,
-        "_keys": _C._dispatch_keys,
         "_included_set": _C._dispatch_tls_local_include_set,
         "_included_ok": _pyguard.INCLUDED_OK,
         "_excluded_set": _C._dispatch_tls_local_exclude_set,
         "_bad_excluded": _pyguard.BAD_EXCLUDED,
-        "_ok_cpu": _pyguard.OK_KEYS["cpu"],
-        "_ok_cuda": _pyguard.OK_KEYS["cuda"],
         "_excluded": _C._dispatch_tls_is_dispatch_key_excluded,
-        "_AG": _C.DispatchKey.AutogradFunctionality,
         "_ADIV": _C.DispatchKey.ADInplaceOrView,
         "_profiling": _C._autograd._profiler_enabled,
         "_fw": _forward_ad,
@@ -333,9 +303,6 @@ def _closure(record: OpRecord, plan: CallPlan) -> dict[str, Any]:
         "_Call": _Call,
         "_apply": _c_apply(record.autograd_function),
         "_bump": _C._increment_version,
-        "_list_ok": _tensor_list_ok,
-        "_list_rg": _tensor_list_rg,
-        "_first_device": _first_device,
     }
     for d, k in plan.kernels.items():
         closure[f"_k_{d}"] = k.checked
@@ -416,8 +383,9 @@ class _Generator:
             lines += self._grad_lines(d, ind + "    ")
         return lines
 
-    def python(self, tensors: list[_Param], lists: list[_Param], value_guards: list[str]) -> list[str]:
-        """The same decisions in Python: exact types, then each Tensor's dispatch key set."""
+    def python(self, value_guards: list[str]) -> list[str]:
+        """An op without Tensor arguments (a ``Device`` argument picks the device): the exact
+        thread-local checks, the argument types, then the device's kernel."""
         guard = (
             "_tfm() or _included_set().raw_repr() not in _included_ok or _excluded_set().raw_repr() & _bad_excluded"
             " or _profiling() or _fw._current_level >= 0"
@@ -425,46 +393,17 @@ class _Generator:
         if self.plan.autocast:
             guard += " or _autocast()"
         lines = [f"    if not ({guard}):"]
-        type_guards = [f"({p.name} is None or type({p.name}) in _plain)" if p.optional else f"type({p.name}) in _plain" for p in tensors]
-        type_guards += [f"type({p.name}) in _seq" for p in lists]
-        guards = type_guards + value_guards
         ind = "        "
-        if guards:
-            lines.append(f"{ind}if {' and '.join(guards)}:")
+        if value_guards:
+            lines.append(f"{ind}if {' and '.join(value_guards)}:")
             ind += "    "
         lines += self._list_conversions(ind)
-        anchor = next((p for p in tensors if not p.optional), None)
-        if anchor is not None:
-            # The first plain Tensor picks the device; every other Tensor must have its key set.
-            lines.append(f"{ind}_ks = _keys({anchor.name}).raw_repr()")
-            selectors = {d: f"_ks in _ok_{d}" for d in self.kernels}
-        elif tensors or lists:
-            lines.append(f"{ind}_dev = _first_device({', '.join(p.name for p in tensors + lists)})")
-            selectors = {d: f"_dev == '{d}'" for d in self.kernels}
-        else:
-            device = next(p for p in self.params if p.jit == "Device")
-            selectors = {d: f"{device.name}.type == '{d}'" for d in self.kernels}
+        device = next(p for p in self.params if p.jit == "Device")
         keyword = "if"
         for d in self.kernels:
-            lines.append(f"{ind}{keyword} {selectors[d]}:")
+            lines.append(f"{ind}{keyword} {device.name}.type == '{d}':")
             keyword = "elif"
-            per_tensor = []
-            for p in tensors:
-                if p is anchor:
-                    continue
-                check = f"_keys({p.name}).raw_repr() in _ok_{d}"
-                per_tensor.append(f"({p.name} is None or {check})" if p.optional else check)
-            per_tensor += [f"_list_ok({p.name}, _ok_{d}, {'Optional' in p.jit})" for p in lists]
-            inner = ind + "    "
-            if per_tensor:
-                lines.append(f"{inner}if {' and '.join(per_tensor)}:")
-                inner += "    "
-            rg = [f"({p.name} is not None and {p.name}.requires_grad)" if p.optional else f"{p.name}.requires_grad" for p in tensors]
-            rg += [f"_list_rg({p.name})" for p in lists]
-            if rg:
-                lines.append(f"{inner}if ({' or '.join(rg)}) and _grad() and not _excluded(_AG):")
-                lines += self._grad_lines(d, inner + "    ")
-            lines += self._kernel_call(d, inner)
+            lines += self._kernel_call(d, ind + "    ")
         return lines
 
     def cached(self, tensors: list[_Param], lists: list[_Param], value_guards: list[str]) -> list[str]:
