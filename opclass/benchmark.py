@@ -15,7 +15,6 @@ issue 20's "done when" checks, per guard.
 from __future__ import annotations
 
 import argparse
-import importlib
 import itertools
 import json
 import os
@@ -354,67 +353,18 @@ def definition_cost(n_ops: int = 200) -> dict[str, dict[str, float]]:
     }
 
 
-# >>> Local fallback for opclass._compile_bench (written elsewhere); delete once that module is in. >>>
-def _compile_child(n_calls: int, via: str) -> float:
-    """Seconds for the first call of ``n_calls`` chained clones under ``torch.compile`` (fresh process)."""
-    import torch._dynamo  # noqa: F401  # imported before the clock starts: the import is not compile time
-
-    x = torch.randn(4)
-    name = f"{_NS}{next(_FRESH)}_compile::clone"
-    fn: Callable[..., Any]
-    if via == "custom_op":
-        fn = torch.library.custom_op(name, mutates_args=())(
-            _make_function("clone", "return a0.clone()", 1, {"Tensor": Tensor, "torch": torch})
-        )
-        fn.register_fake(lambda a: torch.empty_like(a))
-    else:
-
-        class Clone(opclass.CustomOp, name=name):
-            @staticmethod
-            def cpu(x: Tensor) -> Tensor:
-                return x.clone()
-
-            @staticmethod
-            def abstract(x: Tensor) -> Tensor:
-                return torch.empty_like(x)
-
-        fn = Clone if via == "class" else Clone.op
-
-    def chain(x: Tensor) -> Tensor:
-        for _ in range(n_calls):
-            x = fn(x)
-        return x
-
-    compiled = torch.compile(chain, backend="aot_eager", fullgraph=True)
-    start = time.perf_counter()
-    compiled(x)
-    return time.perf_counter() - start
-
-
-def _compile_time_fallback(n_calls: int, via: str) -> float:
-    return float(_python_child(f"import opclass.benchmark as b; print(b._compile_child({n_calls}, {via!r}))"))
-
-
-# <<< end of the local fallback <<<
-
-
 def compile_cost(n_calls: int = 400) -> dict[str, Any]:
     """Seconds to compile ``n_calls`` chained calls (class call, ``MyOp.op``, custom_op), fresh processes.
 
-    Uses ``opclass._compile_bench.compile_time`` when present, else a local fallback.
+    Measured by :func:`opclass._compile_bench.compile_time`.
 
     Example:
         >>> compile_cost(400)["seconds"]["class"]  # doctest: +SKIP
         3.1
     """
-    compile_time: Callable[..., float]
-    try:
-        compile_time = importlib.import_module("opclass._compile_bench").compile_time
-        source = "opclass._compile_bench"
-    except ModuleNotFoundError as e:
-        if e.name != "opclass._compile_bench":
-            raise
-        compile_time, source = _compile_time_fallback, "fallback"
+    from ._compile_bench import compile_time
+
+    source = "opclass._compile_bench"
     seconds = {via: float(compile_time(n_calls=n_calls, via=via)) for via in ("class", "op", "custom_op")}
     return {"n_calls": n_calls, "source": source, "seconds": seconds}
 
