@@ -21,7 +21,6 @@ check against the op's recorded plain calls (:mod:`opclass._pyguard`).
 from __future__ import annotations
 
 import dataclasses
-import sys
 from typing import Any, Callable, Mapping
 
 import torch
@@ -34,7 +33,7 @@ from ._eager import check_differentiable
 from ._plan import FAST_DEVICES, CallPlan
 from ._record import OpRecord
 from ._returns import converter, exact_check, exact_predicate
-from ._alias import check_outputs, output_is_fresh
+from ._alias import INLINE_NAMES, INLINE_TEST, check_outputs, output_is_fresh
 
 # Exact Python types the dispatcher passes to a Python kernel, per schema type.
 _SCALAR_TYPES: dict[str, str] = {
@@ -416,8 +415,7 @@ class _Generator:
                 "_miss": _pyguard.miss,
                 "_devices": frozenset(self.kernels),
                 "_NT": _pyguard.NO_TENSOR,
-                "_refs": sys.getrefcount,
-                "_su": _C._storage_Use_Count,
+                **INLINE_NAMES,
             }
         )
         # What the recorded key sets cannot show, each with what it cost here (docs/performance.md):
@@ -504,7 +502,10 @@ class _Generator:
                 # fresh implies the exact type, so the common case costs one test.
                 # Fresh: a plain Tensor only this frame holds, whose storage nothing else uses
                 # (so no input, view or detached alias); refcount 2 = _out and getrefcount's argument.
-                fresh = "not (type(_out) is _T and _refs(_out) <= 2 and _su(_out.untyped_storage()._cdata) <= 2)" if inline_fresh else self.fresh
+                if inline_fresh:
+                    # The test can raise for an output without storage: then it is not fresh.
+                    lines += [f"{ind}try:", f"{ind}    _f = {INLINE_TEST}", f"{ind}except Exception:", f"{ind}    _f = False"]
+                fresh = "not _f" if inline_fresh else self.fresh
                 lines += [f"{ind}if {fresh}:", f"{ind}    if type(_out) is not _T:", f"{ind}        {convert}", f"{ind}    {check}"]
             else:
                 lines += [f"{ind}if not ({exact or 'False'}):", f"{ind}    {convert}", f"{ind}{check}"]

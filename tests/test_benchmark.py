@@ -127,7 +127,8 @@ def test_tables_side_by_side(measured: dict[str, Any]) -> None:
 def test_define_many_and_compile_time() -> None:
     for kind in ("opclass", "custom_op", "define/impl"):
         cost = benchmark._define_many(kind, 3)
-        assert set(cost) == {"total_s", "ms_per_op", "first_call_ms"}
+        assert set(cost) == {"total_s", "ms_per_op", "first_call_ms", "import_ms"}
+        assert cost["import_ms"] >= 0 and cost["ms_per_op"] > 0
     assert compile_time(3, "class") > 0
 
 

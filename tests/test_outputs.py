@@ -42,3 +42,19 @@ def test_fresh_outputs_pass(ns: str) -> None:
     for call in (Two, Two.op):
         a, b = call(torch.ones(2))
         assert torch.equal(a, torch.ones(2)) and torch.equal(b, torch.full((2,), 2.0))
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_output_without_storage_passes(ns: str, requires_grad: bool) -> None:
+    # A sparse Tensor has no storage: the cheap freshness test cannot read one, and the full
+    # check decides (it used to raise "Cannot access storage" under the pure-Python guard).
+    class Sparse(CustomOp, name=f"{ns}::sparse"):
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            return x.detach().to_sparse()
+
+    x = torch.tensor([0.0, 2.0, 0.0], requires_grad=requires_grad)
+    for call in (Sparse, Sparse.op, Sparse, Sparse.op):
+        out = call(x)
+        assert out.layout == torch.sparse_coo and torch.equal(out.to_dense(), x.detach())
+
