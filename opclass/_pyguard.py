@@ -26,7 +26,9 @@ on every call) stop adding records after :data:`MAX_RECORDS`, and from :data:`HA
 on a miss goes straight to the dispatcher, which is cheaper than the exact check there.
 
 If ``TensorGuards`` is missing or does not behave as :func:`_self_test` expects (a future torch),
-nothing is recorded and every call runs the exact check: slower, same decisions.
+nothing is recorded and every call runs the exact check: slower, same decisions. The self-test
+runs once per process, on a thread of its own started by the first miss; until it is over, misses
+run the exact check and record nothing, so no call waits for it (:func:`factory`).
 """
 
 from __future__ import annotations
@@ -93,7 +95,8 @@ class Slots(list):  # type: ignore[type-arg]
 _lock = threading.Lock()
 _factory: Callable[[Sequence[Any]], Callable[..., bool]] | None = None
 _status = "not tried yet"
-_tried = False
+_started = False
+_done = threading.Event()
 
 
 def status() -> str:
@@ -188,21 +191,37 @@ def _self_test(factory: Callable[[Sequence[Any]], Callable[..., bool]]) -> str |
     return None
 
 
-def factory() -> Callable[[Sequence[Any]], Callable[..., bool]] | None:
-    """The record maker, made (and tested) on first use."""
-    global _factory, _tried
-    if not _tried:
+def factory(wait: bool = False) -> Callable[[Sequence[Any]], Callable[..., bool]] | None:
+    """The record maker once its self-test has passed; ``None`` while the self-test runs, or if
+    it failed (``status()`` says which).
+
+    The first call starts the self-test on a thread of its own and does not wait for it (it
+    takes 1.5-6 ms, mostly torch's first sparse, autocast and inference Tensors): misses meanwhile
+    run the exact check and record nothing, which is slower for a few milliseconds and makes the
+    same decisions. The thread also gives the self-test a thread's default state, whatever state
+    (inference_mode, autocast, no_grad, excluded keys) the first call is in. ``wait=True`` blocks
+    until the self-test is over (for tests and tools).
+    """
+    global _started, _status
+    if not _done.is_set():
         with _lock:
-            if not _tried:
-                # In a thread of its own: the first miss may come under inference_mode, autocast,
-                # no_grad or excluded keys, and the self-test needs a thread's default state.
-                made: list[Callable[[Sequence[Any]], Callable[..., bool]] | None] = [None]
-                worker = threading.Thread(target=lambda: made.__setitem__(0, _make_factory()), name="opclass-guard-self-test")
-                worker.start()
-                worker.join()
-                _factory = made[0]
-                _tried = True
+            if not _started:
+                _started = True
+                _status = "self-test running: calls run the exact check until it is over"
+                # Not a daemon: the interpreter waits for it at exit (torch aborts if a thread is still
+                # in it during finalization).
+                threading.Thread(target=_run_self_test, name="opclass-guard-self-test").start()
+        if wait:
+            _done.wait()
     return _factory
+
+
+def _run_self_test() -> None:
+    global _factory
+    try:
+        _factory = _make_factory()
+    finally:
+        _done.set()
 
 
 def _plain_keysets(device: str) -> frozenset[int]:

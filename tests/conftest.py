@@ -12,6 +12,16 @@ import opclass
 _COUNTER = itertools.count()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _records_from_the_start() -> None:
+    """Under the pure-Python guard, finish its self-test before any test, so that calls record
+    plain argument sets from the first one (a test's calls would otherwise run the exact check
+    while the self-test runs on its thread, and the recorded checks would go untested)."""
+    from opclass import _pyguard
+
+    _pyguard.factory(wait=True)
+
+
 @pytest.fixture
 def ns(request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace such as ``t_test_name_3``; every op defined in it is removed after the test."""

@@ -200,7 +200,7 @@ def test_python_guard_self_test_leaves_torch_as_it_found_it() -> None:
         from torch import _C
         from opclass import _pyguard
         before = (_C._dispatch_tls_local_include_set(), _C._dispatch_tls_local_exclude_set(), torch.is_grad_enabled())
-        assert _pyguard.factory() is not None, _pyguard.status()
+        assert _pyguard.factory(wait=True) is not None, _pyguard.status()
         after = (_C._dispatch_tls_local_include_set(), _C._dispatch_tls_local_exclude_set(), torch.is_grad_enabled())
         assert before == after, (before, after)
         assert (torch.randn(2) + 1).device.type == "cpu"  # factory functions still dispatch normally
@@ -225,10 +225,43 @@ def test_python_guard_self_test_passes_whatever_state_the_first_call_is_in(state
                 return x + 1
         state = {{"inference_mode": torch.inference_mode, "autocast": lambda: torch.autocast("cpu"), "no_grad": torch.no_grad}}[{state!r}]
         with state():
-            assert torch.equal(Op(torch.zeros(2)), torch.ones(2))  # the first call: a miss, then the self-test
+            assert torch.equal(Op(torch.zeros(2)), torch.ones(2))  # the first call: a miss, starts the self-test
+        _pyguard.factory(wait=True)
         print(_pyguard.status())
         """
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300, env={**os.environ, "OPCLASS_GUARD": "python"})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "cached checks (torch._C._dynamo.guards.TensorGuards)"
+
+
+def test_python_guard_first_calls_do_not_wait_for_the_self_test() -> None:
+    # The self-test is held until released: calls meanwhile run the exact check, record nothing
+    # and give the right results; once it is over, the next call records.
+    probe = textwrap.dedent(
+        """
+        import threading, torch, opclass
+        from opclass import _pyguard, _codegen
+        from torch import Tensor
+        release = threading.Event()
+        real = _pyguard._self_test
+        _pyguard._self_test = lambda factory: release.wait() and real(factory)
+        class Op(opclass.CustomOp, name="guard_probe::op"):
+            @staticmethod
+            def cpu(x: Tensor) -> Tensor:
+                return x + 1
+        slots = dict(zip(_codegen.call_function(Op).__code__.co_freevars, (c.cell_contents for c in _codegen.call_function(Op).__closure__)))["_s"]
+        for _ in range(3):
+            assert torch.equal(Op(torch.zeros(2)), torch.ones(2))
+        assert slots[2] == 0, slots
+        print(_pyguard.status())
+        release.set()
+        assert _pyguard.factory(wait=True) is not None, _pyguard.status()
+        assert torch.equal(Op(torch.zeros(2)), torch.ones(2))
+        assert slots[2] == 1, slots
+        print(_pyguard.status())
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300, env={**os.environ, "OPCLASS_GUARD": "python"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines() == ["self-test running: calls run the exact check until it is over", "cached checks (torch._C._dynamo.guards.TensorGuards)"]
