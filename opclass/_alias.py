@@ -28,6 +28,9 @@ INLINE_TEST = (
     if _storage_address is not None
     else "type(_out) is _T and _refs(_out) <= 2 and _su(_out.untyped_storage()._cdata) <= 2"
 )
+# Decided once: where the address is not available, a temporary storage object is a second user.
+_address: Callable[[Any], int] = _storage_address if _storage_address is not None else (lambda t: t.untyped_storage()._cdata)
+_ONLY_OWNER = 1 if _storage_address is not None else 2
 INLINE_NAMES: dict[str, Any] = {"_T": torch.Tensor, "_refs": _refs, "_su": _storage_uses, "_sa": _storage_address}
 
 
@@ -37,9 +40,7 @@ def _python_fresh(out: Any) -> bool:
     if type(out) is not torch.Tensor or _refs(out) > 3:
         return False
     try:
-        if _storage_address is not None:
-            return _storage_uses(_storage_address(out)) <= 1
-        return _storage_uses(out.untyped_storage()._cdata) <= 2
+        return _storage_uses(_address(out)) <= _ONLY_OWNER
     except Exception:  # no storage (a sparse Tensor): the full check decides
         return False
 
