@@ -2,8 +2,8 @@
 
 The op is ``NumpySin`` from ``examples/numpy_sin.py``, the README's walk-through as a script.
 This script prints one line per check, and shows the error a misspelled hook gets when the class
-is created. For what a call costs, run ``python -m opclass.benchmark`` (it takes repeated timings
-and reports medians).
+is created. For what a call costs, run ``python -m benchmarks`` from the repository root (it takes
+repeated timings and reports medians).
 
 Run: ``python examples/quickstart.py``
 """
@@ -72,7 +72,7 @@ def main() -> int:
         raise AssertionError("the misspelled hook was accepted")
 
     def guard() -> str:
-        return f"{opclass.guard_backend()} (per-call cost: python -m opclass.benchmark)"
+        return f"{opclass.guard_backend()} (per-call cost: python -m benchmarks)"
 
     checks = (
         ("eager", eager),

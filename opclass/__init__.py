@@ -15,14 +15,15 @@ Example:
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._builtin import device_hook
-    from ._hooks import Hook, HookContext, hooks, register_hook, unregister_hook
-    from ._names import DEVICE_TYPES
-    from ._native import guard_backend, guard_info
     from ._op import CustomOp, OpMeta
-    from ._record import OpRecord, remove, remove_namespace
-    from ._schema import SUPPORTED_TYPES
+    from .callpath.classcall import remove, remove_namespace
+    from .core.names import DEVICE_TYPES
+    from .core.native import guard_backend, guard_info
+    from .define.annotations import SUPPORTED_TYPES
+    from .define.hookspec import Hook, HookContext, hooks, register_hook, unregister_hook
     from .errors import OpDefinitionError
+    from .hooks.kernels import device_hook
+    from .install.record import OpRecord
 
 __all__ = [
     "CustomOp",

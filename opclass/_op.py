@@ -1,4 +1,16 @@
-"""``CustomOp``: the base class users subclass, with the documented hook stubs."""
+"""``CustomOp``: the base class users subclass, with the documented hook stubs; ``OpMeta``, whose
+call is the op's call; and the walk of a class statement, from the class to its call.
+
+Example:
+    >>> import torch, opclass
+    >>> class DocsOpNeg(opclass.CustomOp, name="docs_op::neg"):
+    ...     @staticmethod
+    ...     def default(x: torch.Tensor) -> torch.Tensor:
+    ...         return -x
+    >>> DocsOpNeg(torch.ones(1)), DocsOpNeg.qualname
+    (tensor([-1.]), 'docs_op::neg')
+    >>> opclass.remove(DocsOpNeg)
+"""
 
 from __future__ import annotations
 
@@ -6,18 +18,19 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable
 
 import torch
 
-from . import _dynamo_call, _native, _record
-from ._builder import OpBuilder
-from ._builtin import register_builtin_hooks
-from ._hooks import register_hook
-from ._record import OpRecord
-from ._shield import shield
-from ._traceable import traceable_hook
+from opclass.callpath import classcall, dynamo
+from opclass.core import memo, native
+from opclass.core.shield import shield
+from opclass.define.builder import OpBuilder
+from opclass.hooks.builtin import register_builtin_hooks
+from opclass.install import record as records
+from opclass.install.record import OpRecord
+from opclass.install.replace import replace
 
 if TYPE_CHECKING:
     from typing_extensions import Never
 
-    from . import _typing as _t
+    from opclass import _typing as _t
 
 __all__ = ["CustomOp", "OpMeta"]
 
@@ -28,7 +41,7 @@ def _stub(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-_NATIVE = _native.native_module()
+_NATIVE = native.native_module()
 # With the native guard, OpMeta's call is C code that calls the class's generated function
 # directly; Python only runs for abstract classes and argument-binding errors.
 # Type checkers must see plain `type` as the base, or pyright stops using OpMeta.__call__ for
@@ -126,7 +139,7 @@ class OpMeta(_MetaBase):
         return _live_record(cls).schema_str
 
 
-_dynamo_call.watch(OpMeta)
+dynamo.watch(OpMeta)
 
 if _NATIVE is not None:
     _NATIVE.set_fallback(_call)
@@ -147,7 +160,7 @@ def _live_record(cls: Any) -> OpRecord:
     if record is None:
         raise AttributeError(f"{cls.__qualname__} is an abstract op base: it defines no kernel, so it is no op")
     if not record.live:
-        live = _record.lookup(record.qualname)
+        live = records.lookup(record.qualname)
         if live is None:
             raise AttributeError(f"{record.qualname} was removed; define {cls.__qualname__} again to use it")
         return live
@@ -188,7 +201,7 @@ class CustomOp(metaclass=OpMeta):
     _opclass_record: ClassVar[OpRecord | None] = None
     _opclass_call: ClassVar[Callable[..., Any] | None] = None
     _opclass_op: ClassVar[torch._ops.OpOverload | None] = None
-    #: The native class call's plain-eager entry for simple ops (see _fastpath.c_entry).
+    #: The native class call's plain-eager entry for simple ops (see callpath/classcall.py).
     _opclass_fast: ClassVar[tuple[Any, ...] | None] = None
     _opclass_keywords: ClassVar[dict[str, Any]] = {}
 
@@ -200,7 +213,7 @@ class CustomOp(metaclass=OpMeta):
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         # Eager calls go through OpMeta.__call__ and never get here. torch.compile reads a call
-        # of a live op class as a call of its op (_dynamo_call.py); it traces this only where
+        # of a live op class as a call of its op (callpath/dynamo.py); it traces this only where
         # that does not apply (a torch without the hook, a class without source): give it the
         # plain dispatcher call, so the graph records the op as one node.
         op = cls._opclass_op
@@ -223,7 +236,7 @@ class CustomOp(metaclass=OpMeta):
         # that takes class keywords goes before CustomOp in the bases and consumes its own.
         # Typed Never so that type checkers flag them too.
         given = {"name": name, "namespace": namespace, "mutates_args": mutates_args, "schema": schema, "tags": tags, "existing": existing}
-        OpBuilder(cls, given, unknown).run()
+        _define(cls, given, unknown)
 
     if not TYPE_CHECKING:
         # Runtime-only documentation stubs: declared to type checkers they would give every
@@ -307,7 +320,19 @@ class CustomOp(metaclass=OpMeta):
             raise NotImplementedError
 
 
+def _define(cls: type, given: dict[str, Any], unknown: dict[str, Any]) -> None:
+    """A class statement, top to bottom: collect -> validate -> spec -> install -> class call."""
+    builder = OpBuilder(cls, given, unknown)
+    with memo.one_definition():
+        cls._opclass_keywords = builder.collect()  # type: ignore[attr-defined]  # define: hooks and keywords in force
+        spec = builder.validate()  # define: every check passed, the frozen spec (None: an abstract base)
+        if spec is None:
+            classcall.make_abstract(cls)  # class call: calling it says it is no op
+            return
+        replace(spec, cls, classcall)  # install: registered, live, the class armed (or all as it was)
+    classcall.describe(cls, spec)  # class call: signature and docstring
+
+
 # Here, not in the package's __init__ (which imports nothing, for opclass.mypy): any op class needs
 # this module, so the built-in hooks are registered, first, whichever way opclass is entered.
 register_builtin_hooks()
-register_hook(traceable_hook())  # after the device hooks: it replaces their kernels

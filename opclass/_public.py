@@ -12,11 +12,12 @@ Example:
 
 from __future__ import annotations
 
-from ._builtin import device_hook
-from ._hooks import Hook, HookContext, hooks, register_hook, unregister_hook
-from ._names import DEVICE_TYPES
-from ._native import guard_backend, guard_info
-from ._op import CustomOp, OpMeta
-from ._record import OpRecord, remove, remove_namespace
-from ._schema import SUPPORTED_TYPES
-from .errors import OpDefinitionError
+from opclass._op import CustomOp, OpMeta
+from opclass.callpath.classcall import remove, remove_namespace
+from opclass.core.names import DEVICE_TYPES
+from opclass.core.native import guard_backend, guard_info
+from opclass.define.annotations import SUPPORTED_TYPES
+from opclass.define.hookspec import Hook, HookContext, hooks, register_hook, unregister_hook
+from opclass.errors import OpDefinitionError
+from opclass.hooks.kernels import device_hook
+from opclass.install.record import OpRecord

@@ -51,17 +51,17 @@ from mypy.semanal_shared import has_placeholder
 from mypy.types import AnyType, CallableType, FunctionLike, NoneType, TupleType, Type, TypeOfAny, TypeType, UnionType
 from mypy.typevars import fill_typevars
 
-from ._names import CLASS_KEYWORDS as _CLASS_KEYWORDS, DEVICE_TYPES
+from opclass.core.names import CLASS_KEYWORDS, HOOK_KINDS
 
 __all__ = ["plugin", "OpclassPlugin"]
 
 _CUSTOM_OP = "opclass._op.CustomOp"
 _META = "opclass"  # key in TypeInfo.metadata, which mypy's cache keeps
 # Built-in kernel hooks, in the order the signature is looked for (all must agree at runtime).
-_KERNELS = ("default", *DEVICE_TYPES, "abstract")
-_BACKENDS = frozenset(_KERNELS) - {"abstract"}
-# Hooks that are not kernels; any other public static method might be a third-party kernel.
-_NOT_KERNELS = frozenset({"abstract", "setup_context", "backward", "jvp", "vmap", "samples"})
+_KERNELS = tuple(name for name, kind in HOOK_KINDS.items() if kind in ("backend", "kernel"))
+_BACKENDS = frozenset(name for name, kind in HOOK_KINDS.items() if kind == "backend")
+# Built-in hooks that make no op; any other public static method might be a third-party kernel.
+_NOT_BACKENDS = frozenset(HOOK_KINDS) - _BACKENDS
 # Literal expressions that cannot be a str keyword, and the type mypy would name.
 _NOT_STR: dict[type, str] = {IntExpr: "int", FloatExpr: "float", BytesExpr: "bytes", ComplexExpr: "complex"}
 
@@ -136,7 +136,7 @@ def _check_keywords(ctx: ClassDefContext) -> None:
         if key == "metaclass":
             continue
         where = 'for "__init_subclass__" of "CustomOp"'
-        if key not in _CLASS_KEYWORDS:
+        if key not in CLASS_KEYWORDS:
             ctx.api.fail(f'Unexpected keyword argument "{key}" {where}', expr, code=CALL_ARG)
         elif key == "existing" and (type(expr) in _NOT_STR or isinstance(expr, StrExpr)):
             found = "str" if isinstance(expr, StrExpr) else _NOT_STR[type(expr)]
@@ -176,7 +176,7 @@ def _is_abstract(info: TypeInfo) -> bool:
         for name, sym in klass.names.items():
             if name in _BACKENDS:
                 return False
-            if isinstance(sym.node, Decorator) and sym.node.func.is_static and not name.startswith("_") and name not in _NOT_KERNELS:
+            if isinstance(sym.node, Decorator) and sym.node.func.is_static and not name.startswith("_") and name not in _NOT_BACKENDS:
                 return False
     return True
 
@@ -195,7 +195,7 @@ def _abstract_call(ctx: FunctionSigContext) -> FunctionLike:
 
 
 def _schema_signature(api: SemanticAnalyzerPluginInterface, text: str) -> CallableType | None:
-    from . import _schema  # imports torch; only classes with schema= and no annotations need it
+    from opclass.define import schema as _schema  # imports torch; only classes with schema= and no annotations need it
 
     try:
         sig = _schema.python_signature(_schema.parse("opclass_mypy::op", text))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import _native
+from opclass.core import native as _native
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable
 
-from opclass.testing import call_paths, diff, observe
+from opclass._harness import call_paths, diff, observe
 
 
 def assert_paths_agree(op: Any, make: Callable[[], tuple[tuple[Any, ...], dict[str, Any]]], context: Any = None) -> dict[str, Any]:
-    """Every path of :func:`opclass.testing.call_paths` observes the same as ``op.op``, each on
+    """Every path of :func:`opclass._harness.call_paths` observes the same as ``op.op``, each on
     the inputs ``make()`` builds for it (inside ``context()`` if given); the observations by label."""
     seen = {}
     for label, fn in call_paths(op).items():

@@ -23,7 +23,8 @@ import torch
 from torch import Tensor
 
 import opclass
-from opclass import CustomOp, _compat
+from opclass import CustomOp
+from opclass.core import compat as _compat
 
 #: Namespace of the ops the distributed checks define.
 DIST_NAMESPACE = "t_sharding_dist"

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 import torch
 
-from opclass import _compat
+from opclass.core import compat as _compat
 
 # The tags opclass gives rules to: torch 2.11 and 2.12 have neither.
 _TAGS = {"inplace": _compat.INPLACE_TAG, "out": _compat.OUT_TAG}

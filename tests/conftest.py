@@ -17,7 +17,7 @@ def _records_from_the_start() -> None:
     """Under the pure-Python guard, finish its self-test before any test, so that calls record
     plain argument sets from the first one (a test's calls would otherwise run the exact check
     while the self-test runs on its thread, and the recorded checks would go untested)."""
-    from opclass import _pyguard
+    from opclass.callpath import pyguard as _pyguard
 
     _pyguard.factory(wait=True)
 

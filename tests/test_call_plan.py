@@ -2,7 +2,7 @@
 
 The three divergences that motivated it are tests here, each checked three ways where the native
 guard is loaded (the class call, the Python guard's call function, ``MyOp.op``) through
-:func:`opclass.testing.call_paths`; under ``OPCLASS_GUARD=python`` the same file runs two ways
+:func:`opclass._harness.call_paths`; under ``OPCLASS_GUARD=python`` the same file runs two ways
 (``test_fastpath_equivalence.test_matrix_under_the_other_guard`` covers the corpus there).
 """
 
@@ -16,7 +16,7 @@ from torch import Tensor
 
 import opclass
 from opclass import CustomOp, Hook
-from opclass.testing import call_paths, diff, observe
+from opclass._harness import call_paths, diff, observe
 
 from _paths import assert_paths_agree
 

@@ -14,8 +14,9 @@ import torch
 from torch import Tensor
 
 import opclass
-from opclass import CustomOp, _native
-from opclass._codegen import call_function
+from opclass import CustomOp
+from opclass.core import native as _native
+from opclass.callpath.classcall import call_function
 
 
 def _make(ns: str) -> type[CustomOp]:

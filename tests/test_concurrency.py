@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 import opclass
+from opclass.install import record as records
 from opclass import CustomOp
 
 T = TypeVar("T")
@@ -380,7 +381,7 @@ def assert_one_definition_wins(qualname: str, classes: list[Any], factors: list[
     via_torch_ops = getattr(getattr(torch.ops, ns), name)(x)
     winner = float(via_torch_ops[0])
     assert winner in factors
-    live = opclass._record.lookup(qualname)
+    live = records.lookup(qualname)
     assert live is not None and live.live
     live_cls = live.owner() if live.owner is not None else None
     assert live_cls is not None and torch.equal(live_cls(x), via_torch_ops)

@@ -19,7 +19,7 @@ from torch import Tensor
 from opclass import CustomOp, OpDefinitionError
 
 from _versions import needs_plain_opaque_values
-from opclass._codegen import call_function
+from opclass.callpath.classcall import call_function
 
 pytestmark = needs_plain_opaque_values
 

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from opclass import CustomOp
-from opclass.testing import call_paths, diff, observe
+from opclass._harness import call_paths, diff, observe
 
 
 def _scale(ns: str, mutates: tuple[str, ...] = ()) -> Any:

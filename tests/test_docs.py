@@ -26,14 +26,15 @@ import pytest
 import torch
 
 import opclass
-from opclass import _record
+from opclass.define import spec as _spec
+from opclass.install import record as _records
 
 from _versions import missing_opaque_values, missing_tags, tags_in
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 DOC_FILES = sorted(DOCS.rglob("*.md"))
-MODULES = [opclass] + [importlib.import_module(f"opclass.{m.name}") for m in pkgutil.iter_modules(opclass.__path__)]
+MODULES = [opclass] + [importlib.import_module(m.name) for m in pkgutil.walk_packages(opclass.__path__, "opclass.")]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +126,7 @@ def test_doc_file(path: Path) -> None:
     reported skipped, naming the blocks."""
     if path.name == "config-objects.md" and missing_opaque_values() is not None:
         pytest.skip(missing_opaque_values())
-    before = set(_record._LIVE)
+    before = set(_records._LIVE)
     namespace: dict[str, object] = {"__name__": f"docs_{path.stem.replace('-', '_')}"}
     left_out: list[int] = []
     unavailable: set[str] = set()  # names only the left-out blocks define
@@ -142,7 +143,7 @@ def test_doc_file(path: Path) -> None:
         unavailable -= bound
         runnable.append(block)
     run_blocks(path, runnable, namespace)
-    leaked = set(_record._LIVE) - before
+    leaked = set(_records._LIVE) - before
     assert not leaked, f"{path.name} leaves ops defined: {sorted(leaked)}; end it with opclass.remove_namespace(...)"
     if left_out:
         pytest.skip(f"{missing_tags(*sorted(needed))}: left out the blocks at lines {', '.join(map(str, left_out))}; the other blocks ran")
@@ -197,6 +198,7 @@ def test_op_record_fields_are_documented(ns: str) -> None:
         def default(x: torch.Tensor) -> torch.Tensor:
             return -x
 
-    described = {name for (cls, name), lines in ModuleAnalyzer.for_module("opclass._record").find_attr_docs().items() if cls in ("OpSpec", "OpRecord") and "".join(lines).strip()}
-    fields = {f.name for f in dataclasses.fields(_record.OpSpec)} | set(vars(Neg.record))
+    docs = {**ModuleAnalyzer.for_module("opclass.define.spec").find_attr_docs(), **ModuleAnalyzer.for_module("opclass.install.record").find_attr_docs()}
+    described = {name for (cls, name), lines in docs.items() if cls in ("OpSpec", "OpRecord") and "".join(lines).strip()}
+    fields = {f.name for f in dataclasses.fields(_spec.OpSpec)} | set(vars(Neg.record))
     assert fields - described == set()

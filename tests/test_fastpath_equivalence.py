@@ -48,7 +48,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map, tree_map_only
 
 from opclass import CustomOp
-from opclass.testing import _after, _backward, _message, call_paths, diff
+from opclass._harness import _after, _backward, _message, call_paths, diff
 
 from _versions import missing_tags
 
@@ -1327,7 +1327,7 @@ def assert_same(
     backward: bool = True,
     keys: Optional[tuple[str, ...]] = None,
 ) -> dict[str, Any]:
-    """Every call path of ``op`` (:func:`opclass.testing.call_paths`: the class call, the other
+    """Every call path of ``op`` (:func:`opclass._harness.call_paths`: the class call, the other
     guard's call function where both exist, ``op.op``) is indistinguishable from ``op.op``.
 
     ``make_inputs(I)`` returns ``(args, kwargs)``, building every Tensor with ``I.T(*shape)``; it
@@ -1757,7 +1757,7 @@ def test_matrix_under_the_other_guard() -> None:
     if opclass.guard_backend() == "native":
         other = "python"
     else:
-        from opclass import _native
+        from opclass.core import native as _native
 
         if _native._built_library(_native.cache_dir()) is None:
             pytest.skip("native guard not built (python -m opclass.native)")

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import opclass
-from opclass import _native
+from opclass.core import native as _native
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = textwrap.dedent(
@@ -52,7 +52,7 @@ def test_auto_without_a_build_and_background_builds_off_uses_python(tmp_path: Pa
 BACKGROUND_PROBE = textwrap.dedent(
     """
     import sys, time, torch, opclass
-    from opclass import _native
+    from opclass.core import native as _native
     from torch import Tensor
     start = time.perf_counter()
     class Op(opclass.CustomOp, name="guard_probe::op"):
@@ -175,7 +175,7 @@ def test_background_build_without_a_compiler_keeps_the_python_guard(tmp_path: Pa
     probe = textwrap.dedent(
         """
         import torch, opclass
-        from opclass import _native
+        from opclass.core import native as _native
         from torch import Tensor
         class Op(opclass.CustomOp, name="guard_probe::op"):
             @staticmethod
@@ -198,13 +198,13 @@ def test_python_guard_self_test_leaves_torch_as_it_found_it() -> None:
         """
         import torch
         from torch import _C
-        from opclass import _pyguard
+        from opclass.callpath import pyguard as _pyguard
         before = (_C._dispatch_tls_local_include_set(), _C._dispatch_tls_local_exclude_set(), torch.is_grad_enabled())
-        assert _pyguard.factory(wait=True) is not None, _pyguard.status()
+        assert _pyguard.factory(wait=True) is not None, _pyguard._status
         after = (_C._dispatch_tls_local_include_set(), _C._dispatch_tls_local_exclude_set(), torch.is_grad_enabled())
         assert before == after, (before, after)
         assert (torch.randn(2) + 1).device.type == "cpu"  # factory functions still dispatch normally
-        print(_pyguard.status())
+        print(_pyguard._status)
         """
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300)
@@ -217,7 +217,7 @@ def test_python_guard_self_test_passes_whatever_state_the_first_call_is_in(state
     probe = textwrap.dedent(
         f"""
         import torch, opclass
-        from opclass import _pyguard
+        from opclass.callpath import pyguard as _pyguard
         from torch import Tensor
         class Op(opclass.CustomOp, name="guard_probe::op"):
             @staticmethod
@@ -227,7 +227,7 @@ def test_python_guard_self_test_passes_whatever_state_the_first_call_is_in(state
         with state():
             assert torch.equal(Op(torch.zeros(2)), torch.ones(2))  # the first call: a miss, starts the self-test
         _pyguard.factory(wait=True)
-        print(_pyguard.status())
+        print(_pyguard._status)
         """
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300, env={**os.environ, "OPCLASS_GUARD": "python"})
@@ -241,7 +241,8 @@ def test_python_guard_first_calls_do_not_wait_for_the_self_test() -> None:
     probe = textwrap.dedent(
         """
         import threading, torch, opclass
-        from opclass import _pyguard, _codegen
+        from opclass.callpath import pyguard as _pyguard
+        from opclass.callpath import classcall as _codegen
         from torch import Tensor
         release = threading.Event()
         real = _pyguard._self_test
@@ -254,12 +255,12 @@ def test_python_guard_first_calls_do_not_wait_for_the_self_test() -> None:
         for _ in range(3):
             assert torch.equal(Op(torch.zeros(2)), torch.ones(2))
         assert slots[2] == 0, slots
-        print(_pyguard.status())
+        print(_pyguard._status)
         release.set()
-        assert _pyguard.factory(wait=True) is not None, _pyguard.status()
+        assert _pyguard.factory(wait=True) is not None, _pyguard._status
         assert torch.equal(Op(torch.zeros(2)), torch.ones(2))
         assert slots[2] == 1, slots
-        print(_pyguard.status())
+        print(_pyguard._status)
         """
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300, env={**os.environ, "OPCLASS_GUARD": "python"})

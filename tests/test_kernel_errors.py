@@ -37,7 +37,7 @@ from torch import Tensor
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from opclass import CustomOp
-from opclass.testing import call_paths, diff, observe
+from opclass._harness import call_paths, diff, observe
 
 # Every exception a hook of this file raises, in order: the caller must get these very objects.
 RAISED: list[BaseException] = []

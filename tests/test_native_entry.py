@@ -16,7 +16,7 @@ from torch import Tensor
 
 import opclass
 from opclass import CustomOp
-from opclass._codegen import call_function
+from opclass.callpath.classcall import call_function
 
 native = pytest.mark.skipif(opclass.guard_backend() != "native", reason="the C entry needs the native guard")
 

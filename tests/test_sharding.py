@@ -33,10 +33,11 @@ from torch import Tensor
 
 import opclass
 import opclass.testing
-from opclass import CustomOp, OpDefinitionError, _sharding
+from opclass import CustomOp, OpDefinitionError
+from opclass.hooks import sharding as _sharding
 
 from _versions import needs_tag
-from opclass._codegen import call_function
+from opclass.callpath.classcall import call_function
 
 ROOT = Path(__file__).resolve().parent.parent
 OPS_FILE = Path(__file__).with_name("_sharding_ops.py")
@@ -446,7 +447,8 @@ def test_registration_waits_for_dtensor_import() -> None:
     code = """if True:
         import json, sys, time
         import torch, opclass
-        from opclass import _sharding
+        from opclass.hooks import sharding as _sharding
+        from opclass.core import after_import as _after_import
         from torch import Tensor
 
         t = time.perf_counter()
@@ -469,7 +471,7 @@ def test_registration_waits_for_dtensor_import() -> None:
             "dtensor": "torch.distributed.tensor" in sys.modules,
             "dynamo": "torch._dynamo" in sys.modules,
             "pending": sorted(r.qualname for r in _sharding._PENDING),
-            "watching": _sharding._WATCHER in sys.meta_path,
+            "watching": "torch.distributed.tensor" in _after_import._WAITING,
         }
         import torch.distributed.tensor
         from torch.distributed.tensor import DTensor
@@ -478,7 +480,7 @@ def test_registration_waits_for_dtensor_import() -> None:
             "scale": Scale.op in table,
             "gone": gone in table,
             "pending": len(_sharding._PENDING),
-            "watching": _sharding._WATCHER in sys.meta_path,
+            "watching": "torch.distributed.tensor" in _after_import._WAITING,
             "loader_restored": "exec_module" not in vars(torch.distributed.tensor.__loader__),
         }
         print(json.dumps({"before": before, "after": after, "define_s": define_s}))
@@ -497,7 +499,8 @@ def test_definitions_racing_the_dtensor_import() -> None:
     code = """if True:
         import json, sys, threading
         import torch, opclass
-        from opclass import _sharding
+        from opclass.hooks import sharding as _sharding
+        from opclass.core import after_import as _after_import
         from torch import Tensor
 
         def define(i):
@@ -536,7 +539,7 @@ def test_definitions_racing_the_dtensor_import() -> None:
         from torch.distributed.tensor import DTensor
         table = DTensor._op_dispatcher.sharding_propagator.op_strategy_funcs
         print(json.dumps({"errors": errors, "defined": len(classes), "registered": sum(c.op in table for c in classes),
-                          "pending": len(_sharding._PENDING), "watching": _sharding._WATCHER in sys.meta_path}))
+                          "pending": len(_sharding._PENDING), "watching": "torch.distributed.tensor" in _after_import._WAITING}))
     """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr

@@ -1,6 +1,6 @@
 """Behaviours users of ``torch.library.custom_op`` expect (issue 17), each as op classes do it.
 
-Where a behaviour concerns calls, every call path (:func:`opclass.testing.call_paths`) must
+Where a behaviour concerns calls, every call path (:func:`opclass._harness.call_paths`) must
 observe the same as ``torch.ops``.
 """
 
@@ -21,7 +21,7 @@ if torch.distributed.is_available():
     from torch.distributed.distributed_c10d import GroupName
 else:
     GroupName = None
-from opclass.testing import call_paths
+from opclass._harness import call_paths
 
 from _paths import assert_paths_agree as agree
 from _versions import needs_tag

@@ -18,7 +18,7 @@ from torch._library import triton as torch_triton
 from torch._library.triton import is_wrap_triton_enabled
 
 import opclass
-from opclass.testing import call_paths
+from opclass._harness import call_paths
 
 from _paths import assert_paths_agree
 

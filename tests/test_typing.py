@@ -178,3 +178,22 @@ def test_runtime_signature_and_help(ns: str) -> None:
     assert f"Operator ``{ns}::scale``: ``(Tensor x, float factor=2.0, *, Tensor? bias=None) -> Tensor``" in text
     assert "Scale a tensor." in text
     assert torch.equal(Scale(torch.ones(1)), torch.full((1,), 2.0))
+
+
+def test_type_checkers_know_the_hooks_the_registry_has() -> None:
+    """``HOOK_KINDS`` (what opclass.mypy reads, torch-free) is what the registry says of each
+    built-in hook, and pyright's ``Kernel`` union has one protocol per kernel hook, in order."""
+    import typing
+
+    import opclass
+    from opclass import _typing
+    from opclass.core.names import HOOK_KINDS
+
+    def kind(hook: opclass.Hook) -> str:
+        return "backend" if hook.backend else "kernel" if hook.kernel else "static" if hook.staticmethod else "value"
+
+    assert {name: kind(hook) for name, hook in opclass.hooks().items()} == HOOK_KINDS
+    kernels = [name for name, k in HOOK_KINDS.items() if k in ("backend", "kernel")]
+    protocols = [typing.get_origin(typing.get_args(member)[0]) for member in typing.get_args(_typing.Kernel)]
+    methods = [next(n for n in vars(p) if not n.startswith("_") or n == "_abstract_op_base_has_no_kernel") for p in protocols]
+    assert methods == [*kernels, "_abstract_op_base_has_no_kernel"]

@@ -21,7 +21,9 @@ import pytest
 import torch
 from torch import Tensor
 
-from opclass import CustomOp, OpDefinitionError, _compat
+from opclass import CustomOp, OpDefinitionError
+
+from opclass.core import compat as _compat
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tools" / "test-torch-versions"

@@ -80,7 +80,7 @@ def main() -> None:
     if mode == "nocall" or "nocall" in sys.argv[2:]:
         # What a definition costs once the call is built on first use instead (the classes
         # defined this way cannot be called).
-        from opclass import _builder
+        from opclass.define import builder as _builder
 
         _builder.install_call = lambda record, cls: None  # type: ignore[assignment]
     define(-1)

@@ -1,0 +1,267 @@
+"""The three-way comparator: every way to call an op, observed and compared as plain data.
+
+:func:`opclass.testing.check_op`'s fast-path check and opclass's own equivalence tests use it:
+the class call under the active guard, the Python guard's call function where the native guard
+is active, and the dispatcher (``MyOp.op``) must be indistinguishable, as :func:`observe` and
+:func:`diff` see calls: outputs and result types, mutations, version counters, ``grad_fn``,
+gradients and errors.
+
+Example:
+    >>> import torch
+    >>> from opclass._harness import diff, observe
+    >>> diff(observe(torch.neg, (torch.ones(2),), {}), observe(torch.neg, (torch.ones(2),), {})) is None
+    True
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from typing import Any, Callable, Mapping
+
+import torch
+from torch import Tensor
+from torch.utils._pytree import tree_leaves
+
+from opclass.callpath.classcall import python_guard_call
+from opclass.core.native import guard_backend
+
+__all__ = ["call_paths", "describe", "diff", "observe"]
+
+
+def _tensors(value: Any) -> list[Tensor]:
+    """The distinct Tensors in ``value``, in order."""
+    found: list[Tensor] = []
+    for leaf in tree_leaves(value):
+        if isinstance(leaf, Tensor) and all(leaf is not f for f in found):
+            found.append(leaf)
+    return found
+
+
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+
+
+def _message(e: BaseException) -> tuple[str, str]:
+    # "Could not run" errors list the kernels registered right now, which lazy registrations
+    # (meta kernels...) change between two calls: keep the sentence, not the list.
+    return type(e).__name__, _ADDRESS.sub("0x?", str(e).split("Available functions are")[0])
+
+
+def _attempt(f: Callable[[], Any]) -> Any:
+    try:
+        return f()
+    except Exception as e:  # the attribute itself raises: compare that it does
+        return f"<raises {type(e).__name__}>"
+
+
+def _values(t: Tensor) -> Any:
+    """The data of ``t`` as a plain dense CPU Tensor (or a marker where there is none)."""
+    if t.is_meta or type(t).__name__ == "FakeTensor":
+        return "<no data>"
+    try:
+        v = t.detach()
+        if torch._is_functional_tensor(v):
+            torch._sync(v)  # type: ignore[attr-defined,no-untyped-call]
+            v = torch._from_functional_tensor(v)
+        if torch._C._functorch.is_functorch_wrapped_tensor(v):
+            v = torch._C._functorch.get_unwrapped(v)
+        if v.is_nested:
+            return [_values(u) for u in v.unbind()]
+        if v.is_quantized:
+            v = v.dequantize()
+        if v.layout is not torch.strided:
+            v = v.to_dense()
+        return v.resolve_conj().resolve_neg().as_subclass(torch.Tensor).clone()
+    except Exception as e:
+        return f"<values raise {type(e).__name__}>"
+
+
+def _graph(fn: Any, depth: int = 2) -> Any:
+    """The autograd node's type and, ``depth`` levels down, those of its next functions."""
+    if fn is None:
+        return None
+    if depth == 0:
+        return type(fn).__name__
+    return [type(fn).__name__, [(_graph(f, depth - 1), i) for f, i in fn.next_functions]]
+
+
+def describe(value: Any) -> Any:
+    """Everything observable about a Tensor, as plain data (anything else is returned as is).
+
+    Type, dtype, shape, strides, storage offset, device, layout, ``requires_grad``, leaf-ness,
+    the ``grad_fn`` graph (two levels), conj/neg bits, inference-ness, version counter, values.
+
+    Example:
+        >>> import torch
+        >>> from opclass._harness import describe
+        >>> d = describe(torch.ones(2, 3).t())
+        >>> d["shape"], d["stride"], d["version"]
+        ((3, 2), (1, 3), 0)
+    """
+    if not isinstance(value, Tensor):
+        return value
+    t = value
+    return {
+        "type": type(t).__name__,
+        "dtype": _attempt(lambda: t.dtype),
+        "shape": _attempt(lambda: tuple(t.shape)),
+        "stride": _attempt(t.stride),
+        "storage_offset": _attempt(t.storage_offset),
+        "device": _attempt(lambda: t.device),
+        "layout": _attempt(lambda: t.layout),
+        "requires_grad": _attempt(lambda: t.requires_grad),
+        "is_leaf": _attempt(lambda: t.is_leaf),
+        "grad_fn": _attempt(lambda: _graph(t.grad_fn)),
+        "conj": _attempt(t.is_conj),
+        "neg": _attempt(t.is_neg),
+        "inference": _attempt(t.is_inference),
+        "version": _attempt(lambda: t._version),
+        "values": _values(t),
+    }
+
+
+def _describe_output(out: Any, inputs: list[Tensor]) -> Any:
+    """The output with its container types, each Tensor described with the input it *is*."""
+    if isinstance(out, (tuple, list)):
+        return {"container": type(out).__name__, "items": [_describe_output(o, inputs) for o in out]}
+    if isinstance(out, dict):
+        return {k: _describe_output(v, inputs) for k, v in out.items()}
+    if isinstance(out, Tensor):
+        return {"is_input": [i for i, t in enumerate(inputs) if out is t], **describe(out)}
+    if isinstance(out, float) and math.isnan(out):
+        return "nan"
+    return out  # diff compares its type too
+
+
+def _backward(out: Any, enabled: bool = True) -> Any:
+    """Backward through every output that requires grad (ones as gradients): what happened."""
+    if not enabled:
+        return None
+    outs = [t for t in tree_leaves(out) if isinstance(t, Tensor) and t.requires_grad]
+    if not outs:
+        return "no output requires grad"
+    try:
+        torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
+    except Exception as e:
+        return _message(e)
+    return "ok"
+
+
+def _after(out: Any, inputs: list[Tensor]) -> dict[str, Any]:
+    """The output, every input afterwards, and the inputs' gradients, described."""
+    return {
+        "output": _describe_output(out, inputs),
+        "inputs_after": [describe(t) for t in inputs],
+        "grads": [describe(t.grad) if t.is_leaf else "<non-leaf>" for t in inputs],
+    }
+
+
+def observe(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any], *, backward: bool = True) -> dict[str, Any]:
+    """Call ``fn(*args, **kwargs)`` and return everything observable about the call, as data.
+
+    The exception (type and message) or the output (container and result types, each Tensor
+    as :func:`describe` sees it, and which input it *is*); what ``backward`` through every output
+    that requires grad did; every input Tensor afterwards (values, version counters...) and its
+    gradient. Compare two observations with :func:`diff`.
+
+    Example:
+        >>> import torch
+        >>> from opclass._harness import observe
+        >>> seen = observe(torch.sin, (torch.zeros(2, requires_grad=True),), {})
+        >>> seen["exception"], seen["backward"], seen["output"]["grad_fn"][0]
+        (None, 'ok', 'SinBackward0')
+    """
+    inputs = _tensors((args, dict(kwargs)))
+    out: Any = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            out = fn(*args, **kwargs)
+            exception = None
+        except Exception as e:
+            exception = _message(e)
+        return {"exception": exception, "backward": _backward(out, backward), **_after(out, inputs)}
+
+
+def _same_tensor(a: Tensor, b: Tensor) -> bool:
+    if a.dtype.is_floating_point or a.dtype.is_complex:
+        return torch.equal(a.isnan(), b.isnan()) and torch.equal(torch.where(a.isnan(), 0, a), torch.where(b.isnan(), 0, b))
+    return torch.equal(a, b)
+
+
+def diff(a: Any, b: Any, path: str = "") -> str | None:
+    """The first difference between two observations (or any plain data), as text; ``None``: equal.
+
+    Tensors must be equal exactly, NaNs in the same places; containers must have the same type
+    and length; everything else must be of the same type and equal.
+
+    Example:
+        >>> import torch
+        >>> from opclass._harness import diff, observe
+        >>> x = torch.ones(2)
+        >>> diff(observe(torch.neg, (x,), {}), observe(torch.neg, (x.clone(),), {})) is None
+        True
+        >>> print(diff(observe(torch.neg, (x,), {}), observe(torch.abs, (x.clone(),), {})))
+        .output.values: values differ
+        tensor([-1., -1.])
+        vs
+        tensor([1., 1.])
+    """
+    if isinstance(a, Tensor) or isinstance(b, Tensor):
+        if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
+            return f"{path}: {a!r} vs {b!r}"
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return f"{path}: {a.dtype}{tuple(a.shape)} vs {b.dtype}{tuple(b.shape)}"
+        return None if _same_tensor(a, b) else f"{path}: values differ\n{a}\nvs\n{b}"
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return f"{path}: keys {sorted(a)} vs {sorted(b)}"
+        return next((d for k in a if (d := diff(a[k], b[k], f"{path}.{k}")) is not None), None)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if type(a) is not type(b) or len(a) != len(b):
+            return f"{path}: {a!r} vs {b!r}"
+        return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := diff(x, y, f"{path}[{i}]")) is not None), None)
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return None
+    return None if (type(a) is type(b) and a == b) else f"{path}: {a!r} vs {b!r}"
+
+
+def call_paths(op_cls: Any) -> dict[str, Callable[..., Any]]:
+    """The ways to call an op that must be indistinguishable, by label, the dispatcher last.
+
+    ``MyOp(...)`` (the class call, under the active guard), ``MyOp(...) [Python guard]`` (the
+    call function the pure-Python guard generates, where the native guard is active and the op
+    has a fast path) and ``MyOp.op(...)`` (the dispatcher, as ``torch.ops`` calls it).
+
+    Example:
+        >>> import torch, opclass, opclass.testing
+        >>> class DocsTestingPaths(opclass.CustomOp, name="docs_testing::paths"):
+        ...     @staticmethod
+        ...     def default(x: torch.Tensor) -> torch.Tensor:
+        ...         return x + 1
+        >>> paths = opclass._harness.call_paths(DocsTestingPaths)
+        >>> list(paths)[0], list(paths)[-1]
+        ('DocsTestingPaths(...)', 'DocsTestingPaths.op(...)')
+        >>> opclass.remove(DocsTestingPaths)
+    """
+    record = op_cls.record
+    name = getattr(op_cls, "__name__", "MyOp")
+    paths: dict[str, Callable[..., Any]] = {f"{name}(...)": op_cls}
+    python = python_guard_call(record, op_cls) if guard_backend() == "native" else None
+    if python is not None:
+        op = record.op
+
+        def python_guard(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return python(*args, **kwargs)
+            except TypeError as e:
+                # Binding failed (no frame of the call ran): the class call hands over to the
+                # dispatcher there, for torch's own error.
+                if e.__traceback__ is not None and e.__traceback__.tb_next is None:
+                    return op(*args, **kwargs)
+                raise
+
+        paths[f"{name}(...) [Python guard]"] = python_guard
+    paths[f"{name}.op(...)"] = op_cls.op
+    return paths

@@ -1,0 +1,207 @@
+"""The class call: the only writer of an op class's call attributes.
+
+* ``_opclass_record``: the install the class defines (``None``: an abstract base);
+* ``_opclass_op``: its ``OpOverload`` (what torch.compile reads a class call as; ``None`` once
+  the op is replaced or removed);
+* ``_opclass_call``: the function ``MyOp(...)`` runs: a stand-in that generates the real one on
+  the op's first call, then the generated function (:mod:`opclass.callpath.source`), compiled
+  once, registered in :mod:`linecache` so tracebacks and ``inspect.getsource`` show it;
+* ``_opclass_fast``: the native class call's plain-eager entry for simple ops
+  (:func:`~opclass.callpath.source.c_entry`).
+
+Example:
+    >>> import inspect, torch, opclass
+    >>> from opclass.callpath.classcall import call_function
+    >>> class DocsCallNeg(opclass.CustomOp, name="docs_call::neg"):
+    ...     @staticmethod
+    ...     def default(x: torch.Tensor) -> torch.Tensor:
+    ...         return -x
+    >>> inspect.getsource(call_function(DocsCallNeg)).split()[:2]
+    ['def', 'DocsCallNeg(x):']
+    >>> opclass.remove(DocsCallNeg)
+"""
+
+from __future__ import annotations
+
+import itertools
+import linecache
+import weakref
+from typing import Any, Callable
+
+from opclass.callpath import dynamo
+from opclass.callpath.source import c_entry, call_source
+from opclass.core import native
+from opclass.core.shield import shield
+from opclass.define.spec import OpSpec
+from opclass.install.record import LOCK, OpRecord, live_records, lookup, take_live
+
+__all__ = ["arm", "retire", "make_abstract", "describe", "call_function", "python_guard_call", "remove", "remove_namespace"]
+
+_COUNTER = itertools.count()
+
+
+def make_abstract(cls: Any) -> None:
+    """``cls`` defines no op: calling it raises (see ``OpMeta``)."""
+    cls._opclass_record = None
+    cls._opclass_call = None
+
+
+def describe(cls: Any, spec: OpSpec) -> None:
+    """``inspect.signature(cls)`` and the class's docstring say what the op takes."""
+    cls.__signature__ = spec.signature
+    doc = (cls.__dict__.get("__doc__") or "").rstrip()
+    cls.__doc__ = (doc + "\n\n" if doc else "") + f"Operator ``{spec.qualname}``: ``{spec.schema_str}``"
+
+
+def arm(record: OpRecord, cls: Any) -> None:
+    """Make ``cls`` call ``record``'s op: a stand-in that generates the real call on the first call.
+
+    Libraries define hundreds of ops at import and call a few, so the code is generated (and
+    compiled) when first needed, not at definition: everything that can be wrong with a
+    definition was checked before this point, and generating from a valid record does not fail.
+    """
+    native.build_in_background(_switch_live_classes)
+    cls._opclass_record = record
+    cls._opclass_op = record.op
+    dynamo.watch(type(cls))  # OpMeta is watched already; a metaclass derived from it is not
+    cls._opclass_fast = None
+    as_new = not native.CALL_IS_NATIVE
+
+    def first_call(*args: Any, **kwargs: Any) -> Any:
+        if as_new:
+            args = args[1:]  # the class, as __new__'s first argument
+        call_function(cls)
+        return cls(*args, **kwargs)
+
+    first_call.__opclass_new__ = as_new  # type: ignore[attr-defined]
+    first_call.__opclass_stand_in__ = True  # type: ignore[attr-defined]
+    first_call.__qualname__ = f"{cls.__qualname__}.{'__new__' if as_new else '__call__'}"
+    cls._opclass_call = shield(first_call)
+
+
+def call_function(cls: Any) -> Callable[..., Any]:
+    """``cls``'s generated call function, generated now if the op was not called yet."""
+    call = cls.__dict__["_opclass_call"]
+    if getattr(call, "__opclass_stand_in__", False):
+        with LOCK:
+            if cls.__dict__["_opclass_call"] is call:
+                _build_call(cls.__dict__["_opclass_record"], cls)
+    result: Callable[..., Any] = cls.__dict__["_opclass_call"]
+    return result
+
+
+def _build_call(record: OpRecord, cls: Any) -> None:
+    """Generate and install ``cls``'s call, and the C entry for simple ops.
+
+    Where ``OpMeta`` has no C call (the native guard was not loaded at import), the function is
+    the class's ``__new__``: ``OpMeta.__setattr__`` installs it when ``_opclass_call`` is set.
+    """
+    as_new = not native.CALL_IS_NATIVE
+    cls._opclass_call = _make_call(record, cls, "native", as_new)
+    # The C entry repeats the generated function's decisions, so only where it has a fast path.
+    cls._opclass_fast = c_entry(record) if record.plan is not None and record.plan.off is None else None
+    module = native.native_module()
+    if module is not None:
+        try:  # calls skip tp_call's argument tuple
+            module.enable_vectorcall(type(cls), cls)
+        except TypeError:
+            pass  # a metaclass with a __call__ of its own keeps it
+
+
+def python_guard_call(record: OpRecord, cls: type) -> Callable[..., Any] | None:
+    """``cls``'s call function as the pure-Python guard writes it (``None``: no fast path)."""
+    return _make_call(record, cls, "python", False) if record.plan is not None and record.plan.off is None else None
+
+
+def _make_call(record: OpRecord, cls: type, guard: str, as_new: bool) -> Callable[..., Any]:
+    """The function ``MyOp(...)`` runs: the op's exact signature, guarded fast path included."""
+    source, closure = call_source(record, cls.__name__, guard=guard, as_new=as_new)
+    fn = _compile(cls.__name__, source, closure, f"{record.qualname} {cls.__module__}.{cls.__qualname__}")
+    fn.__qualname__ = f"{cls.__qualname__}.{'__new__' if as_new else '__call__'}"
+    fn.__opclass_new__ = as_new  # type: ignore[attr-defined]
+    fn.__module__ = cls.__module__
+    fn.__doc__ = f"Call ``{record.qualname}{record.schema_str}``."
+    fn.__signature__ = record.signature  # type: ignore[attr-defined]
+    return fn
+
+
+def _compile(name: str, source: str, closure: dict[str, Any], filename_hint: str) -> Callable[..., Any]:
+    """Compile ``source`` (one ``def name``) with ``closure`` as its free variables, its source
+    registered in :mod:`linecache` under a unique, readable filename (as attrs does)."""
+    filename = f"<opclass generated {filename_hint} #{next(_COUNTER)}>"
+    body = "\n".join("    " + line for line in source.splitlines())
+    outer = f"def __create_fn__({', '.join(closure)}):\n{body}\n    return {name}\n"
+    namespace: dict[str, Any] = {}
+    exec(compile(outer, filename, "exec", dont_inherit=True), {"__builtins__": __builtins__}, namespace)  # noqa: S102 - our own source
+    fn: Callable[..., Any] = namespace["__create_fn__"](**closure)
+    linecache.cache[filename] = (len(outer), None, outer.splitlines(keepends=True), filename)
+    shield(fn)  # run eagerly (after a graph break), the call is not torch.compile's to trace
+    weakref.finalize(fn, linecache.cache.pop, filename, None)  # a removed op's source goes with it
+    return fn
+
+
+def retire(record: OpRecord) -> None:
+    """Point a replaced or removed op's class at the live op of its name, so it never runs stale kernels."""
+    cls = record.owner() if record.owner is not None else None
+    if cls is not None:
+        cls._opclass_call = _redirect(record.qualname)
+        cls._opclass_op = None
+        cls._opclass_fast = None
+
+
+def _redirect(qualname: str) -> Callable[..., Any]:
+    def replaced_op(*args: Any, **kwargs: Any) -> Any:
+        record = lookup(qualname)
+        if record is None or record.op is None:
+            raise RuntimeError(f"{qualname} was removed; define its class again to use it")
+        cls = record.owner() if record.owner is not None else None
+        return cls(*args, **kwargs) if cls is not None else record.op(*args, **kwargs)
+
+    return replaced_op
+
+
+def _switch_live_classes(activate: Callable[[], None]) -> int:
+    """The native guard is built: use it, and re-arm every live class for it."""
+    with LOCK:
+        activate()
+        classes = [(record, record.owner()) for record in live_records() if record.owner is not None]
+        for record, cls in classes:
+            if cls is not None:
+                arm(record, cls)
+        return sum(cls is not None for _, cls in classes)
+
+
+def remove(op: Any) -> None:
+    """Remove an op's registrations: the op is gone from ``torch.ops`` and its class stops working.
+
+    Takes the op class or its qualified name. Use it in tests and notebooks; redefining a class
+    with the same name already replaces the old op without it.
+
+    Example:
+        >>> import torch, opclass
+        >>> class DocsRemoved(opclass.CustomOp, name="docs_remove::twice"):
+        ...     @staticmethod
+        ...     def default(x: torch.Tensor) -> torch.Tensor:
+        ...         return 2 * x
+        >>> opclass.remove(DocsRemoved)
+        >>> hasattr(torch.ops.docs_remove, "twice")
+        False
+    """
+    qualname = op if isinstance(op, str) else getattr(op, "qualname", None)
+    if not isinstance(qualname, str):
+        raise TypeError(f"opclass.remove() takes a CustomOp class or a qualified name, not {op!r}")
+    with LOCK:
+        for record in take_live(qualname=qualname):
+            retire(record)
+
+
+def remove_namespace(namespace: str) -> None:
+    """Remove every op opclass defined in ``namespace`` (a test fixture's clean-up).
+
+    Example:
+        >>> import opclass
+        >>> opclass.remove_namespace("docs_nothing_here")
+    """
+    with LOCK:
+        for record in take_live(namespace=namespace):
+            retire(record)

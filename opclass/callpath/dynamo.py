@@ -1,0 +1,132 @@
+"""torch.compile sees a call of an op class as a call of its ``OpOverload``: one node, traced as cheaply.
+
+Dynamo ignores a metaclass ``__call__`` (and ``OpMeta``'s C vectorcall): left alone, it traces
+``MyOp(x)`` as an instantiation, through ``cls.__new__`` and then ``__init__``, inlining them on
+every call. Here dynamo is taught to read ``MyOp(...)`` as ``MyOp._opclass_op(...)``, which is
+what it does for ``torch.ops.ns.name.default(...)``: the graph gets the same node
+(``torch.ops.ns.name.default``) and nothing is inlined, whatever ``__new__`` an op class has.
+
+Mechanism, and why this one. torch has no public way to make a class call trace as another
+callable: ``torch.compiler.allow_in_graph(MyOp)`` puts the class itself in the graph (export and
+inductor would see ``MyOp``, not the op), and ``torch.compiler.substitute_in_graph`` takes
+functions only (and would still inline a polyfill per call). What dynamo does offer is the table
+``VariableBuilder._type_dispatch()``: the exact type of a value to the function that wraps it in a
+``VariableTracker``. ``substitute_in_graph`` itself writes to its sibling table (``_id_dispatch``);
+both exist with the same shape, and are read the same way, in torch 2.11 to 2.15. ``OpMeta``
+gets an entry whose wrapper runs dynamo's own wrapping for a class (so guards, side-effect
+tracking and attribute reads stay exactly as dynamo does them in each torch version) and only
+then changes the class of the result to :class:`OpClassVariable`, whose ``call_function`` calls
+the op's variable. When the table is missing or shaped differently (a torch outside 2.11..2.15),
+nothing is registered and class calls trace as before, through ``__new__``.
+
+Correctness guards: the op is read through ``AttrSource(MyOp, "_opclass_op")``, so the compiled
+code is guarded on it as on any attribute; ``opclass.remove`` (and redefining the class) sets it
+to ``None``, the guard fails, and the retrace takes dynamo's usual path (the retired class's call
+redirects to the live op). Abstract bases (``_opclass_op`` is ``None``) also take that path and
+raise the eager ``TypeError``. Classes reached without a source (made inside the compiled
+function) also keep dynamo's usual path.
+
+Importing ``torch._dynamo`` is dear, so nothing here imports it: when it is already imported the
+registration happens at once, otherwise right after ``torch._dynamo`` finishes importing (e.g.
+inside the first ``torch.compile``; :mod:`opclass.core.after_import`).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+from opclass.core import after_import
+
+__all__ = ["watch"]
+
+_DYNAMO = "torch._dynamo"
+_LOCK = threading.RLock()
+#: Metaclasses of op classes whose instances dynamo should trace as their op.
+_WANTED: set[type] = set()
+#: Those already in dynamo's table.
+_DONE: set[type] = set()
+#: dynamo's dispatch tables, once found (None: not yet, or this torch lacks them).
+_TABLES: list[dict[object, Callable[..., Any]]] | None = None
+_UNSUPPORTED = False
+
+
+def watch(meta: type) -> None:
+    """Have dynamo trace calls of classes whose metaclass is ``meta`` as calls of their op.
+
+    Cheap and import-free when called again for the same metaclass (once per op definition).
+    """
+    if meta in _DONE or _UNSUPPORTED:
+        return
+    with _LOCK:
+        _WANTED.add(meta)
+    after_import.call_after_import(_DYNAMO, _register)
+
+
+def _register() -> None:
+    """Put every wanted metaclass in dynamo's type-dispatch tables (``torch._dynamo`` is imported)."""
+    global _TABLES, _UNSUPPORTED
+    with _LOCK:
+        if _UNSUPPORTED:
+            return
+        if _TABLES is None:
+            try:
+                _TABLES = _dispatch_tables()
+            except Exception:  # noqa: BLE001 - another torch: keep dynamo's usual path
+                _TABLES = None
+            if _TABLES is None:
+                _UNSUPPORTED = True
+                return
+        for meta in _WANTED - _DONE:
+            for table in _TABLES:
+                table.setdefault(meta, _wrap_op_class)
+            _DONE.add(meta)
+
+
+_OpClassVariable: Any = None
+_UserDefinedClassVariable: Any = None
+
+
+def _dispatch_tables() -> list[dict[object, Callable[..., Any]]] | None:
+    """dynamo's exact-type dispatch tables (one per ``config.trace_numpy`` value), or ``None``."""
+    global _OpClassVariable, _UserDefinedClassVariable
+    from torch._dynamo.source import AttrSource
+    from torch._dynamo.variables.builder import VariableBuilder
+    from torch._dynamo.variables.user_defined import UserDefinedClassVariable
+
+    impl = getattr(VariableBuilder, "_type_dispatch_impl", None)
+    if impl is None or not callable(getattr(VariableBuilder, "_wrap", None)):
+        return None
+    tables = [impl(False), impl(True)]
+    if not all(isinstance(t, dict) for t in tables):
+        return None
+
+    class OpClassVariable(UserDefinedClassVariable):
+        """An op class: calling it is calling ``cls._opclass_op``; all else as for any class."""
+
+        def call_function(self, tx: Any, args: Any, kwargs: Any) -> Any:
+            # The class's own op (install_call sets it on each op class; retiring clears it),
+            # never one inherited by a class that is no op itself.
+            op = self.value.__dict__.get("_opclass_op")
+            if op is None or self.source is None:
+                return super().call_function(tx, args, kwargs)
+            op_var = VariableBuilder(tx, AttrSource(self.source, "_opclass_op"))(op)
+            return op_var.call_function(tx, args, kwargs)
+
+    _OpClassVariable = OpClassVariable
+    _UserDefinedClassVariable = UserDefinedClassVariable
+    return tables
+
+
+def _wrap_op_class(builder: Any, value: type) -> Any:
+    """dynamo's wrapping of the class ``value``, with calls of it read as calls of its op."""
+    plain = {t: f for t, f in builder._type_dispatch().items() if f is not _wrap_op_class}
+    # An instance attribute shadows the classmethod for this one wrap (a builder wraps one value).
+    builder._type_dispatch = lambda: plain
+    try:
+        variable = builder._wrap(value)
+    finally:
+        del builder._type_dispatch
+    if type(variable) is _UserDefinedClassVariable:
+        variable.__class__ = _OpClassVariable
+    return variable

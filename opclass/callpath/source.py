@@ -1,0 +1,373 @@
+"""Source of an op class's call function: its exact parameters, cheap guards for "plain eager",
+then the kernel; anything else calls the op, exactly as ``torch.ops.ns.op`` does.
+
+Guards, in order of cost:
+  global  no TorchFunctionMode (this covers ``torch.device`` contexts), no Python dispatch key in
+          TLS (every TorchDispatchMode, FakeTensorMode, proxy/functional modes), no functorch
+          transform, no jit tracing, profiler off, no forward-AD level, autocast off when the op
+          has an autocast rule;
+  types   every Tensor argument exactly ``torch.Tensor`` or ``nn.Parameter``; non-Tensor
+          arguments of the exact Python type the dispatcher would hand the kernel;
+  device  every Tensor on the device of the first one, which has a kernel (cpu, cuda);
+  plain   strided layout, no conjugate or negative bit.
+
+The Tensor checks are one C call: the native guard's, or with the Python guard torch's Tensor
+check against the op's recorded plain calls (:mod:`opclass.callpath.pyguard`).
+
+Names in generated code (closure values unless said otherwise): ``_op`` the op's C callable;
+``_u_<device>`` the user's kernel, ``_k_<device>`` the same checked by the output contract,
+``_where_<device>`` how errors name it; ``_finish`` the output contract, ``_fresh`` its cheap
+test; ``_apply_<device>`` / ``_apply`` the fast / generic autograd.Function's apply, ``_Call``
+its per-call record; ``_bump`` the version-counter bump; ``_M`` "not passed"; with the Python
+guard ``_s`` the op's records, ``_miss`` the exact check, ``_NT`` the stand-in for ``None``.
+Locals: ``_g`` / ``_c`` the guard's code, ``_e`` a record, ``_f`` the freshness, ``_out`` the
+result, ``_a`` / ``_k`` extra positional / keyword arguments, ``_v`` their merge.
+
+Example:
+    >>> import torch, opclass
+    >>> from opclass.callpath.source import call_source
+    >>> class DocsSourceNeg(opclass.CustomOp, name="docs_source::neg"):
+    ...     @staticmethod
+    ...     def default(x: torch.Tensor) -> torch.Tensor:
+    ...         return -x
+    >>> text, closure = call_source(DocsSourceNeg.record, "neg", guard="native", as_new=False)
+    >>> text.splitlines()[0], "_op" in closure
+    ('def neg(x):', True)
+    >>> opclass.remove(DocsSourceNeg)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.autograd.forward_ad as _forward_ad
+from torch import _C
+
+from opclass.callpath import pyguard
+from opclass.core import native
+from opclass.core.types import BUMP, CHECK_NAMES, CUDA, DEVICE_CODES, FAST_DEVICES, GRAD, arg_type, guard_text
+from opclass.install.functions import Call, functions
+from opclass.install.outputs import INLINE_NAMES, INLINE_TEST, output_is_fresh
+from opclass.install.record import OpRecord
+
+__all__ = ["call_source", "c_entry", "merge_keywords", "call_original", "call_passed"]
+
+
+def merge_keywords(extra: tuple[Any, ...], keywords: dict[str, Any], values: tuple[Any, ...], names: tuple[str, ...]) -> tuple[Any, ...] | None:
+    """The positional parameters' values with ``keywords`` filled in, or ``None`` where the
+    dispatcher must parse the call (too many arguments, an unknown or repeated keyword) and raise."""
+    if extra:
+        return None
+    merged = list(values)
+    for name, value in keywords.items():
+        try:
+            i = names.index(name)
+        except ValueError:
+            return None
+        if merged[i] is not pyguard.MISSING:
+            return None
+        merged[i] = value
+    return tuple(merged)
+
+
+def call_original(op: Any, values: tuple[Any, ...], extra: tuple[Any, ...], keywords: dict[str, Any]) -> Any:
+    """``op`` called as the caller called the class (``values``: the positional parameters)."""
+    missing = pyguard.MISSING
+    return op(*[v for v in values if v is not missing], *extra, **{k: v for k, v in keywords.items() if v is not missing})
+
+
+def call_passed(op: Any, names: tuple[str, ...], values: tuple[Any, ...], keywords: dict[str, Any]) -> Any:
+    """``op`` with only the arguments the caller passed (some are missing): for torch's error."""
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for name, value in zip(names, values):
+        if value is pyguard.MISSING:
+            continue
+        if kwargs or len(args) < names.index(name):
+            kwargs[name] = value
+        else:
+            args.append(value)
+    kwargs.update((k, v) for k, v in keywords.items() if v is not pyguard.MISSING)
+    return op(*args, **kwargs)
+
+
+def call_source(record: OpRecord, name: str, *, guard: str, as_new: bool) -> tuple[str, dict[str, Any]]:
+    """Source of ``def name(...)`` and the closure it needs: the op's exact parameters (``as_new``:
+    the class's ``__new__``, which nothing can fail to bind, see :class:`_Head`), the fast path
+    the plan allows written for ``guard`` (``"native"`` or ``"python"``), then the op."""
+    assert record.op is not None
+    closure: dict[str, Any] = {"_op": record.op._op}  # what OpOverload.__call__ calls, one frame less
+    if any(a.name.startswith("_") for a in record.schema.arguments):
+        # A parameter could shadow a generated name (_op...): take everything as given.
+        return f"def {name}({'_cls, /, ' if as_new else ''}*args, **kwargs):\n    return _op(*args, **kwargs)\n", closure
+    head = _Head(record, closure, as_new)
+    plan = record.plan
+    body: list[str] = []
+    if plan is not None and plan.off is None:
+        body = _Body(record, closure, head.call_args, guard).lines()
+    if record.functorch_entry is not None and not record.mutated and (record.backward is not None or record.jvp is not None):
+        # Under torch.func transforms an op with a formula is differentiated from Python: the
+        # dispatcher cannot run functorch's handling of autograd.Functions inside a kernel.
+        closure.update({"_ft": _C._are_functorch_transforms_active, "_ft_entry": record.functorch_entry})
+        body += ["    if _ft():", f"        return _ft_entry({head.call_args})"]
+    return "\n".join([*head.lines(name), *body, *head.tail()]) + "\n", closure
+
+
+class _Head:
+    """The parameter list and the call of the op, in either form.
+
+    Plain: ``def name(x, k=<default>, *, out)``; ``OpMeta``'s C call passes the arguments.
+    As ``__new__`` (the Python guard's class call, one frame from ``type.__call__``): Python would
+    raise its own TypeError for arguments that do not bind, before any line ran, where torch.ops
+    raises the dispatcher's error; so nothing can fail to bind: positional parameters are
+    positional-only and default to ``_M``, extra ones land in ``*_a`` and keywords in ``**_k``.
+    The first lines merge keywords into the parameters (or let the dispatcher parse a call it
+    would refuse), the last ones call the op with what was passed.
+    """
+
+    def __init__(self, record: OpRecord, closure: dict[str, Any], as_new: bool) -> None:
+        self.closure, self.as_new = closure, as_new
+        self.params = list(record.signature.parameters.values())
+        self.positional = [p.name for p in self.params if p.kind is not p.KEYWORD_ONLY]
+        self.keywords = [p.name for p in self.params if p.kind is p.KEYWORD_ONLY]
+        self.call_args = ", ".join(self.positional + [f"{k}={k}" for k in self.keywords])
+        for p in self.params:
+            if p.default is not p.empty:
+                closure[f"_default_{p.name}"] = p.default
+        if as_new:
+            closure.update({"_M": pyguard.MISSING, "_merge": merge_keywords, "_call_passed": call_passed, "_call_original": call_original, "_names": tuple(self.positional)})
+
+    def lines(self, name: str) -> list[str]:
+        if not self.as_new:
+            parts, star = [], False
+            for p in self.params:
+                if p.kind is p.KEYWORD_ONLY and not star:
+                    parts.append("*")
+                    star = True
+                parts.append(f"{p.name}=_default_{p.name}" if p.default is not p.empty else p.name)
+            return [f"def {name}({', '.join(parts)}):"]
+        # _M even where the schema has a default: the dispatcher's errors count what was passed.
+        signature = ", ".join(["_cls", *(f"{n}=_M" for n in self.positional), *(["/"] if self.positional else []), "*_a", *(f"{k}=_M" for k in self.keywords), "**_k"])
+        values = "(" + "".join(f"{n}, " for n in self.positional) + ")"
+        keywords = "{" + ", ".join(f"{k!r}: {k}" for k in self.keywords) + "}"
+        lines = [
+            f"def {name}({signature}):",
+            "    if _a or _k:",
+            f"        _v = _merge(_a, _k, {values}, _names)",
+            "        if _v is None:",
+            f"            return _call_original(_op, {values}, _a, {{**{keywords}, **_k}})",
+        ]
+        if self.positional:
+            lines.append(f"        {', '.join(self.positional)}, = _v")
+        return lines + [f"    if {p.name} is _M:\n        {p.name} = _default_{p.name}" for p in self.params if p.default is not p.empty]
+
+    def tail(self) -> list[str]:
+        required = [p.name for p in self.params if p.default is p.empty]
+        lines = []
+        if self.as_new and required:
+            values = "(" + "".join(f"{n}, " for n in self.positional) + ")"
+            keywords = "{" + ", ".join(f"{k!r}: {k}" for k in self.keywords) + "}"
+            lines = [f"    if {' or '.join(f'{n} is _M' for n in required)}:", f"        return _call_passed(_op, _names, {values}, {keywords})"]
+        return lines + [f"    return _op({self.call_args})"]
+
+
+class _Body:
+    """The guarded fast path: the guard for ``guard``, then each device's kernel call."""
+
+    def __init__(self, record: OpRecord, closure: dict[str, Any], call_args: str, guard: str) -> None:
+        assert record.plan is not None
+        self.record, self.plan, self.closure, self.call_args = record, record.plan, closure, call_args
+        self.kernels = record.plan.kernels
+        self.params = [(a.name, str(a.real_type)) for a in record.schema.arguments]
+        self.positional = [a.name for a in record.schema.arguments if not a.kwarg_only]
+        self.keywords = [a.name for a in record.schema.arguments if a.kwarg_only]
+        self.native = native.native_module() if guard == "native" else None
+        configs = record.plan.configs
+        closure.update(CHECK_NAMES)
+        closure.update({f"_cfg_{n}": cls for n, cls in configs.items()})
+        self.value_guards = [
+            f"type({n}) is _cfg_{n}" if jit == "PyObject" and n in configs else guard_text(jit, n) or "False"
+            for n, jit in self.params
+            if not arg_type(jit).tensor
+        ]
+        fns = functions(record)
+        closure.update(
+            {
+                "_tfm": _C._is_torch_function_mode_enabled, "_profiling": _C._autograd._profiler_enabled, "_fw": _forward_ad,
+                "_grad": _C.is_grad_enabled, "_autocast": _C._is_any_autocast_enabled, "_excluded": _C._dispatch_tls_is_dispatch_key_excluded,
+                "_ADIV": _C.DispatchKey.ADInplaceOrView, "_bump": _C._increment_version, "_Call": Call, "_apply": _c_apply(fns.generic),
+                "_finish": record.outputs.finish, "_fresh": output_is_fresh(), "_T": torch.Tensor,
+            }
+        )
+        for d, k in self.kernels.items():
+            closure.update({f"_k_{d}": k.checked, f"_u_{d}": k.user, f"_where_{d}": k.where})
+        for d, fn_cls in fns.fast.items():
+            closure[f"_apply_{d}"] = _c_apply(fn_cls)
+
+    def lines(self) -> list[str]:
+        tensors = [n for n, jit in self.params if arg_type(jit).tensor]
+        if not tensors:
+            return self._by_device_argument()
+        return self._native(tensors) if self.native is not None else self._recorded()
+
+    def _native(self, tensors: list[str]) -> list[str]:
+        """One C call classifies every Tensor argument and the thread-local state."""
+        assert self.native is not None
+        self.closure.update({"_guard": self.native.guard, "_spec": "".join(arg_type(jit).letter for n, jit in self.params if n in tensors).encode()})
+        conditions = ["_g", *self.value_guards] + (["not _autocast()"] if self.plan.autocast else [])
+        ind = "        "
+        lines = [f"    _g = _guard(_spec, {', '.join(tensors)})", f"    if {' and '.join(conditions)}:", *self._lists_from_tuples(ind)]
+        for d in self.kernels:
+            lines += [f"{ind}if _g == {DEVICE_CODES[d]}:", *self._kernel_call(d, ind + "    ")]
+            lines += [f"{ind}if _g == {DEVICE_CODES[d] | GRAD}:", *self._grad_lines(d, ind + "    ")]
+        return lines
+
+    def _by_device_argument(self) -> list[str]:
+        """An op without Tensor arguments (a ``Device`` argument picks the device): the exact
+        thread-local checks, the argument types, then the device's kernel."""
+        self.closure.update(
+            {"_included_set": _C._dispatch_tls_local_include_set, "_included_ok": pyguard.INCLUDED_OK, "_excluded_set": _C._dispatch_tls_local_exclude_set, "_bad_excluded": pyguard.BAD_EXCLUDED}
+        )
+        guard = "_tfm() or _included_set().raw_repr() not in _included_ok or _excluded_set().raw_repr() & _bad_excluded or _profiling() or _fw._current_level >= 0"
+        lines, ind = [f"    if not ({guard}{' or _autocast()' if self.plan.autocast else ''}):"], "        "
+        if self.value_guards:
+            lines.append(f"{ind}if {' and '.join(self.value_guards)}:")
+            ind += "    "
+        lines += self._lists_from_tuples(ind)
+        device = next(n for n, jit in self.params if jit == "Device")
+        for i, d in enumerate(self.kernels):
+            lines += [f"{ind}{'elif' if i else 'if'} {device}.type == '{d}':", *self._kernel_call(d, ind + "    ")]
+        return lines
+
+    def _recorded(self) -> list[str]:
+        """The Python guard: thread-local checks on every call, then one C call that compares
+        every Tensor with a recorded plain call of the op (see :mod:`opclass.callpath.pyguard`)."""
+        self.closure.update({"_s": pyguard.Slots(), "_miss": pyguard.miss, "_devices": frozenset(self.kernels), "_NT": pyguard.NO_TENSOR, **INLINE_NAMES})
+        # What the recorded key sets cannot show, checked on every call.
+        self.closure.update({"_modes": _C._len_torch_dispatch_stack, "_tracing": _C._is_tracing, "_included": _C._dispatch_tls_is_dispatch_key_included, "_PD": _C.DispatchKey.PythonDispatcher})
+        guard = "_tfm() or _profiling() or _fw._current_level >= 0 or _modes() or _tracing() or _included(_PD)"
+        if self.plan.autocast:
+            guard += " or _autocast()"  # else a miss under autocast would record it as plain
+        lines, ind = [f"    if not ({guard}):"], "        "
+        lists = [n for n, jit in self.params if arg_type(jit).tensor == "list"]
+        guards = [f"type({n}) in _seq" for n in lists] + self.value_guards
+        if guards:
+            lines.append(f"{ind}if {' and '.join(guards)}:")
+            ind += "    "
+        flat = []
+        for n, jit in self.params:
+            if arg_type(jit).tensor == "one":
+                flat.append(f"(_NT if {n} is None else {n})" if jit.startswith("Optional") else n)
+            elif arg_type(jit).tensor == "list":
+                flat.append(f"*[_NT if _x is None else _x for _x in {n}]" if "Optional" in jit else f"*{n}")
+        values = ", ".join(flat)
+        miss = f"(None, _miss(_s, ({values},), _devices))"
+        if lists:
+            # A list of another length than recorded: TensorGuards raises TypeError (a miss).
+            lines += [f"{ind}_t = ({values},)", f"{ind}try:", f"{ind}    _e = _s[0]", f"{ind}    if not _e[0](*_t):", f"{ind}        _e = _s[1]",
+                      f"{ind}        if not _e[0](*_t):", f"{ind}            _e = {miss}", f"{ind}except TypeError:", f"{ind}    _e = {miss}"]
+        else:
+            lines += [f"{ind}_e = _s[0]", f"{ind}if not _e[0]({values}):", f"{ind}    _e = _s[1]", f"{ind}    if not _e[0]({values}):", f"{ind}        _e = {miss}"]
+        lines += [f"{ind}_c = _e[1]", f"{ind}if _c:"]
+        ind += "    "
+        lines += self._lists_from_tuples(ind)
+        devices = list(self.kernels)
+        lines.append(f"{ind}if _c & {GRAD} and _grad():")
+        for i, d in enumerate(devices):
+            last = i + 1 == len(devices)
+            lines += ([] if last else [f"{ind}    if _c & {DEVICE_CODES[d]}:"]) + self._grad_lines(d, ind + ("    " if last else "        "))
+        for i, d in enumerate(devices):
+            last = i + 1 == len(devices)
+            lines += ([] if last else [f"{ind}if _c & {DEVICE_CODES[d]}:"]) + self._kernel_call(d, ind if last else ind + "    ", bump=f"_c & {BUMP}", inline_fresh=True)
+        return lines
+
+    def _lists_from_tuples(self, ind: str) -> list[str]:
+        # The dispatcher hands kernels lists; callers may pass tuples (and list defaults are tuples).
+        return [line for n, jit in self.params if jit.startswith(("List[", "Optional[List[")) for line in (f"{ind}if type({n}) is tuple:", f"{ind}    {n} = list({n})")]
+
+    def _grad_lines(self, device: str, ind: str) -> list[str]:
+        if self.plan.grad == "eager":
+            # Differentiate through the kernel: call it with autograd on, as the Autograd kernel does.
+            return self._kernel_call(device, ind, differentiable=True)
+        if self.plan.grad == "dispatcher":
+            # Autograd through a mutation, or out= under grad: the dispatcher decides (or raises).
+            return [f"{ind}return _op({self.call_args})"]
+        if f"_apply_{device}" in self.closure:
+            return [f"{ind}return _apply_{device}({', '.join(self.positional + self.keywords)})"]
+        return [f"{ind}return _apply({', '.join(self.positional + self.keywords)}, _Call(None, {len(self.positional)}, {tuple(self.keywords)!r}, _k_{device}))"]
+
+    def _kernel_call(self, device: str, ind: str, differentiable: bool = False, bump: str = "not _excluded(_ADIV)", inline_fresh: bool = False) -> list[str]:
+        """Call the kernel, finish its output as the output contract says, bump versions of mutated
+        arguments (after the kernel, as on the dispatcher path), return."""
+        record = self.record
+        args = "(" + "".join(f"{n}, " for n in self.positional) + ")"
+        kwargs = "{" + ", ".join(f"{k!r}: {k}" for k in self.keywords) + "}"
+        finish = f"_out = _finish(_where_{device}, {args}, {kwargs}, _out)"
+        lines = [f"{ind}_out = _u_{device}({self.call_args})"]
+        if record.outputs.single:
+            # Fresh: a plain Tensor only this frame holds, whose storage nothing else uses.
+            if inline_fresh:  # the test raises for an output without storage: not fresh
+                lines += [f"{ind}try:", f"{ind}    _f = {INLINE_TEST}", f"{ind}except Exception:", f"{ind}    _f = False"]
+            lines += [f"{ind}if not {'_f' if inline_fresh else '_fresh(_out)'}:", f"{ind}    {finish}"]
+        elif record.outputs.kind == "none":
+            lines += [f"{ind}if _out is not None:", f"{ind}    {finish}"]
+        else:
+            lines.append(f"{ind}{finish}")
+        if differentiable:
+            self.closure["_check_differentiable"] = record.differentiates_kernel
+            lines.append(f"{ind}_check_differentiable(_where_{device}, _out)")
+        if record.mutated:
+            mutated = [record.schema.arguments[i] for i in record.mutated]
+            names = ", ".join(a.name for a in mutated) + ("," if len(mutated) == 1 else "")
+            lines.append(f"{ind}if {bump}:")  # _bump skips inference tensors
+            if all(str(a.real_type) == "Tensor" for a in mutated):
+                lines.append(f"{ind}    _bump(({names}))")
+            else:
+                lines.append(f"{ind}    _bump([_t for _v in ({names}) for _t in (_v if type(_v) is list else (_v,)) if _t is not None])")
+        return lines + [f"{ind}return _out"]
+
+
+def c_entry(record: OpRecord) -> tuple[Any, ...] | None:
+    """What the native class call needs to run a simple op's plain-eager call entirely in C:
+    ``(spec, single, kernel_cpu, kernel_cuda, apply_cpu, apply_cuda, finish)``, or ``None``.
+
+    Only for the cases the generated function handles without extra logic: positional Tensor,
+    float, int and bool parameters (all passed), a functional op, no autocast kernel. The C code
+    makes the same decisions as the generated function (same guard; exact types for the numbers)
+    and hands every other call to it. Only where ``single`` is a fresh Tensor final: every other
+    result goes through ``finish``, the output contract.
+    """
+    module, plan, params = native.native_module(), record.plan, record.schema.arguments
+    if (
+        module is None or plan is None or record.outputs.kind != "functional" or record.mutated or plan.autocast
+        or any(a.kwarg_only or arg_type(str(a.real_type)).entry is None for a in params)
+        or not any(str(a.real_type) == "Tensor" for a in params)
+    ):
+        return None
+    fast = functions(record).fast
+    kernels = [plan.kernels[d].user if d in plan.kernels else None for d in FAST_DEVICES]
+    applies = [_c_apply(fast[d]) if d in plan.kernels and d in fast and plan.grad == "function" else None for d in FAST_DEVICES]
+    wheres = {d: k.where for d, k in plan.kernels.items()}
+    finish = record.outputs.finish
+
+    def finish_entry(out: Any, *args: Any) -> Any:
+        """A kernel's output that is not final: the output contract."""
+        return finish(wheres[next(a.device.type for a in args if isinstance(a, torch.Tensor))], args, {}, out)
+
+    spec = "".join(arg_type(str(a.real_type)).entry or "" for a in params).encode()
+    return (spec, record.outputs.single, *kernels, *applies, finish_entry)
+
+
+def _c_apply(fn_cls: type[torch.autograd.Function]) -> Callable[..., Any]:
+    """The Function's C-level ``apply`` (skips Python ``Function.apply``'s functorch handling,
+    which the guards already ruled out); the Python one for Tensor-list ops, which needs it."""
+    apply: Callable[..., Any]
+    if "apply" in vars(fn_cls) and not isinstance(vars(fn_cls)["apply"], classmethod):
+        apply = fn_cls.apply  # supports_tensorlist's wrapper
+    else:
+        apply = _C._FunctionBase.__dict__["apply"].__get__(None, fn_cls)
+    return apply
+
+
+assert (DEVICE_CODES["cpu"], DEVICE_CODES["cuda"]) == (1, CUDA)  # the order csrc/guard.cpp returns them in

@@ -1,0 +1,406 @@
+"""Python annotations and defaults -> schema types and default texts.
+
+Everything ``torch.library.custom_op`` infers is accepted, plus ``tuple[T, ...]`` inputs, keyword-only
+Tensors, ``Optional[Tensor]`` returns, ``torch.layout`` and ``torch.memory_format``.
+
+Example:
+    >>> from typing import Optional
+    >>> from opclass.define.annotations import param_type
+    >>> param_type(Optional[list[int]])
+    'SymInt[]?'
+"""
+
+from __future__ import annotations
+
+import builtins
+import collections.abc
+import dataclasses
+import inspect
+import sys
+import types
+import typing
+from typing import Any, Iterable, Sequence
+
+import torch
+from torch import Tensor
+
+from opclass.core import memo
+from opclass.core.compat import plain_opaque_values
+from opclass.errors import format_annotation
+
+# Base Python types and the schema type each becomes.
+_BASE: dict[Any, str] = {
+    Tensor: "Tensor",
+    int: "SymInt",
+    float: "float",
+    bool: "bool",
+    str: "str",
+    torch.types.Number: "Scalar",
+    torch.dtype: "ScalarType",
+    torch.device: "Device",
+    torch.layout: "Layout",
+    torch.memory_format: "MemoryFormat",
+}
+# Element types that may appear in a list (``T[]``), and those whose list may be optional (``T[]?``).
+_LISTABLE = {"Tensor", "SymInt", "float", "bool", "Scalar"}
+_RETURNS = {"Tensor", "SymInt", "float", "bool", "Scalar"}
+_SEQUENCE_ORIGINS = (list, collections.abc.Sequence, tuple)
+
+#: The supported-types table shown in the docs: annotation -> schema type.
+SUPPORTED_TYPES: list[tuple[str, str]] = [
+    ("Tensor", "Tensor"),
+    ("int", "SymInt"),
+    ("float", "float"),
+    ("bool", "bool"),
+    ("str", "str"),
+    ("torch.types.Number (int | float | bool)", "Scalar"),
+    ("torch.dtype", "ScalarType"),
+    ("torch.device", "Device"),
+    ("torch.layout", "Layout"),
+    ("torch.memory_format", "MemoryFormat"),
+    ("typing.NewType of a type above (torch.distributed's GroupName: str)", "that type's"),
+    ("Optional[T] / T | None, for any T above", "T?"),
+    ("list[T] / Sequence[T] / tuple[T, ...], T in Tensor, int, float, bool, Number", "T[]"),
+    ("list[Optional[Tensor]]", "Tensor?[]"),
+    ("Optional[list[T]], T in int, float, bool", "T[]?"),
+]
+
+
+class SchemaProblem(Exception):
+    """An annotation or default that has no schema form; the builder turns it into OpDefinitionError."""
+
+    def __init__(self, param: str | None, problem: str, fix: str) -> None:
+        super().__init__(problem)
+        self.param = param
+        self.problem = problem
+        self.fix = fix
+
+
+# --------------------------------------------------------------------------- annotations
+
+
+def resolve_annotations(fn: Any) -> dict[str, Any]:
+    """The evaluated annotations of ``fn`` (``from __future__ import annotations`` included).
+
+    Strings are evaluated in the function's module globals, also where they are nested
+    (``list["Tensor"]``, ``Optional["Tensor"]``); names that only exist in an enclosing function
+    are found through the closure, which is how locally defined ops still work.
+    """
+    return dict(memo.once("annotations", fn, _resolve_annotations))  # a copy: the caller's to change
+
+
+def _resolve_annotations(fn: Any) -> dict[str, Any]:
+    raw = dict(getattr(fn, "__annotations__", {}) or {})
+    if not any(_has_string(v) for v in raw.values()):
+        return raw
+    namespace: dict[str, Any] = dict(vars(builtins))
+    namespace.update({"Tensor": Tensor, "torch": torch, "typing": typing})
+    module = sys.modules.get(getattr(fn, "__module__", "") or "")
+    namespace.update(getattr(fn, "__globals__", None) or (vars(module) if module else {}))
+    code = getattr(fn, "__code__", None)
+    closure = getattr(fn, "__closure__", None)
+    if code is not None and closure:
+        for name, cell in zip(code.co_freevars, closure):
+            try:
+                namespace[name] = cell.cell_contents
+            except ValueError:
+                pass
+    resolved = {}
+    for key, value in raw.items():
+        try:
+            resolved[key] = _evaluate(value, namespace)
+        except Exception as e:
+            who = "return" if key == "return" else key
+            raise SchemaProblem(
+                None if key == "return" else key,
+                f"annotation {value!r} of {who!r} cannot be evaluated ({type(e).__name__}: {e})",
+                "import the names it uses at module level",
+            ) from None
+    return resolved
+
+
+def _has_string(ann: Any) -> bool:
+    return isinstance(ann, (str, typing.ForwardRef)) or any(_has_string(a) for a in typing.get_args(ann) if a is not Ellipsis)
+
+
+def _evaluate(ann: Any, namespace: dict[str, Any]) -> Any:
+    """``ann`` with every string in it (at the top or nested) evaluated."""
+    if isinstance(ann, str):
+        return _evaluate(eval(ann, namespace), namespace)  # noqa: S307 - annotations are the user's own code
+    if isinstance(ann, typing.ForwardRef):
+        return _evaluate(ann.__forward_arg__, namespace)
+    args = typing.get_args(ann)
+    if not any(_has_string(a) for a in args if a is not Ellipsis):
+        return ann
+    new = tuple(a if a is Ellipsis else _evaluate(a, namespace) for a in args)
+    origin = typing.get_origin(ann)
+    if origin is typing.Union or origin is types.UnionType:
+        return typing.Union[new]
+    if isinstance(ann, types.GenericAlias):
+        return types.GenericAlias(origin, new)
+    return ann.copy_with(new)
+
+
+def _optional_inner(ann: Any) -> Any:
+    """``X`` for ``Optional[X]`` / ``X | None``; ``None`` otherwise."""
+    origin = typing.get_origin(ann)
+    if origin is typing.Union or origin is types.UnionType:
+        args = typing.get_args(ann)
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) < len(args):
+            return rest[0] if len(rest) == 1 else typing.Union[tuple(rest)]
+    return None
+
+
+def _is_scalar_union(ann: Any) -> bool:
+    origin = typing.get_origin(ann)
+    if origin is typing.Union or origin is types.UnionType:
+        members = set(typing.get_args(ann))
+        return len(members) >= 2 and members <= {int, float, bool}
+    return False
+
+
+def _element(ann: Any) -> Any:
+    """The element type of ``list[X]``, ``Sequence[X]`` or ``tuple[X, ...]``; ``None`` otherwise."""
+    origin = typing.get_origin(ann)
+    args = typing.get_args(ann)
+    if origin in (list, collections.abc.Sequence) and len(args) == 1:
+        return args[0]
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return args[0]
+    return None
+
+
+def _base(ann: Any) -> str | None:
+    if ann in _BASE:
+        return _BASE[ann]
+    if getattr(ann, "__supertype__", None) is not None:
+        # typing.NewType over a supported type, like torch.distributed's GroupName (a str).
+        return _base(ann.__supertype__)
+    if _is_scalar_union(ann):
+        return "Scalar"
+    return None
+
+
+def param_type(ann: Any) -> str:
+    """The schema type for a parameter annotation, e.g. ``Optional[list[int]]`` -> ``SymInt[]?``."""
+    base = _base(ann)
+    if base is not None:
+        return base
+    if dataclasses.is_dataclass(ann) and isinstance(ann, type):
+        return config_type(ann)
+    inner = _optional_inner(ann)
+    if inner is not None:
+        t = _list_type(inner) or _base(inner)
+        # The dispatcher has no optional Tensor list (``Tensor[]?``) nor optional of an optional.
+        if t is None or t.endswith("?") or t == "Tensor[]" or t == "Tensor?[]":
+            return _unsupported(ann)
+        return t + "?"
+    t = _list_type(ann)
+    if t is not None:
+        return t
+    return _unsupported(ann)
+
+
+# Field types a config object may hold: constants that compile can guard on and FX can print.
+_CONFIG_FIELDS = (int, float, bool, str, type(None))
+
+
+def config_type(cls: type) -> str:
+    """The schema type of a config dataclass: it becomes a torch opaque *value* type.
+
+    The dispatcher hands the object to the kernel as is; torch.compile treats it as a constant
+    (guarded with ``__eq__``, so another value recompiles); FX and export print it with
+    ``__fx_repr__``, which is added here when the class has none.
+    """
+    from torch._library import opaque_object
+
+    params = getattr(cls, "__dataclass_params__", None)
+    if params is None or not params.frozen:
+        raise SchemaProblem(None, f"config class {cls.__qualname__} is a mutable dataclass", "declare it @dataclasses.dataclass(frozen=True)")
+    if "<locals>" in cls.__qualname__:
+        raise SchemaProblem(None, f"config class {cls.__qualname__} is defined inside a function", "define it at module level (its name goes into the schema)")
+    if not plain_opaque_values():
+        raise SchemaProblem(
+            None,
+            f"config class {cls.__qualname__} cannot be an op argument on torch {torch.__version__}, whose opaque value types must derive from a private torch class",
+            "use torch 2.12 or later for config objects, or pass the fields as separate arguments",
+        )
+    hints = typing.get_type_hints(cls)
+    for field in dataclasses.fields(cls):
+        ann = hints.get(field.name)
+        elem = _element(ann)
+        if not (ann in _CONFIG_FIELDS or _optional_inner(ann) in _CONFIG_FIELDS or elem in _CONFIG_FIELDS):
+            raise SchemaProblem(
+                None,
+                f"config class {cls.__qualname__} field {field.name}: {format_annotation(ann)} cannot be part of a constant",
+                "use int, float, bool, str, their Optional forms, or tuple[T, ...] of them",
+            )
+    if not opaque_object.is_opaque_value_type(cls):
+        if "__fx_repr__" not in vars(cls):
+            cls.__fx_repr__ = _fx_repr  # type: ignore[attr-defined]
+        opaque_object.register_opaque_type(cls, typ="value")
+    return opaque_object.get_opaque_type_name(cls)
+
+
+def _fx_repr(self: Any) -> tuple[str, dict[str, type]]:
+    return repr(self), {type(self).__name__: type(self)}
+
+
+def _list_type(ann: Any) -> str | None:
+    elem = _element(ann)
+    if elem is None:
+        return None
+    base = _base(elem)
+    if base in _LISTABLE:
+        return base + "[]"
+    opt = _optional_inner(elem)
+    if opt is Tensor:
+        return "Tensor?[]"
+    return None
+
+
+def _unsupported(ann: Any) -> str:
+    text = format_annotation(ann)
+    origin = typing.get_origin(ann)
+    args = typing.get_args(ann)
+    if origin is tuple:
+        elems = [a for a in args if a is not Ellipsis]
+        if len(set(elems)) == 1 and elems:
+            fix = f"write tuple[{format_annotation(elems[0])}, ...] or list[{format_annotation(elems[0])}]"
+        else:
+            fix = "inputs cannot be fixed-length tuples; write list[T] or separate parameters"
+        raise SchemaProblem(None, f"unsupported annotation {text}", fix)
+    if origin in (dict, collections.abc.Mapping) or ann in (dict, typing.Dict):
+        raise SchemaProblem(None, f"unsupported annotation {text}", "pass the values as separate parameters")
+    if ann is typing.Any or ann is object:
+        raise SchemaProblem(None, f"unsupported annotation {text}", "write a concrete schema type such as Tensor or int")
+    if ann in (list, tuple, collections.abc.Sequence) or (origin in _SEQUENCE_ORIGINS and not args):
+        raise SchemaProblem(None, f"unsupported annotation {text}", "give the element type, e.g. list[Tensor] or list[int]")
+    module = getattr(ann, "__module__", "") or ""
+    if module.startswith("numpy"):
+        fix = "take a Tensor and convert with .numpy() inside the kernel"
+    elif _element(ann) is not None or origin is not None:
+        fix = "supported are list[T] / tuple[T, ...] of Tensor, int, float, bool, Number, and list[Optional[Tensor]]"
+    else:
+        fix = (
+            "supported are Tensor, int, float, bool, str, Number, torch.dtype, torch.device, torch.layout, "
+            "torch.memory_format, their Optional forms and lists; or pass schema="
+        )
+    raise SchemaProblem(None, f"unsupported annotation {text}", fix)
+
+
+def return_type(ann: Any) -> str:
+    """The schema return for a return annotation: ``Tensor``, ``(Tensor, Tensor)``, ``()``..."""
+    if ann is None or ann is type(None):
+        return "()"
+    if typing.get_origin(ann) is tuple:
+        args = typing.get_args(ann)
+        if not args or Ellipsis in args:
+            raise SchemaProblem(
+                None, f"unsupported return annotation {format_annotation(ann)}", "write tuple[Tensor, Tensor] with one entry per output"
+            )
+        inner = ", ".join(_single_return(a, ann) for a in args)
+        return f"(({inner}))" if len(args) == 1 else f"({inner})"
+    return _single_return(ann, ann)
+
+
+def _single_return(ann: Any, whole: Any) -> str:
+    base = _base(ann)
+    if base in _RETURNS:
+        return base
+    elem = _element(ann)
+    if elem is Tensor and typing.get_origin(ann) is list:
+        return "Tensor[]"
+    if _optional_inner(ann) is Tensor:
+        return "Tensor?"
+    raise SchemaProblem(
+        None,
+        f"unsupported return annotation {format_annotation(whole)}",
+        "return Tensor, list[Tensor], Optional[Tensor], int, float, bool, Number, None, or a tuple of those",
+    )
+
+
+# Python types a default may have, by schema base type (bool is an int, as in Python typing).
+_DEFAULT_TYPES: dict[str, tuple[type, ...]] = {
+    "SymInt": (int,), "float": (float, int), "bool": (bool,), "str": (str,), "Scalar": (int, float, bool),
+    "ScalarType": (torch.dtype,), "Device": (torch.device, str), "Layout": (torch.layout,),
+    "MemoryFormat": (torch.memory_format,), "Tensor": (),
+}
+
+
+def check_default(value: Any, schema_type: str) -> None:
+    """Raise :class:`SchemaProblem` if ``value`` cannot be a default for ``schema_type``."""
+    base = schema_type.rstrip("?")
+    if value is None:
+        return
+    if base.endswith("[]"):
+        elem = base[:-2]
+        if not isinstance(value, (tuple, list)):
+            raise SchemaProblem(None, f"default {value!r} has type {type(value).__name__}, not a sequence", "give a tuple default, e.g. (1, 2)")
+        for v in value:
+            check_default(v, elem)
+        return
+    if base.startswith("Tensor"):
+        raise SchemaProblem(None, f"default {value!r}: a Tensor parameter can only default to None", "write = None and make the Tensor inside the kernel")
+    allowed = _DEFAULT_TYPES.get(base, ())
+    if not isinstance(value, allowed) or (base in ("SymInt", "float") and isinstance(value, bool) and base != "bool"):
+        wanted = " or ".join(t.__name__ for t in allowed) or "None"
+        raise SchemaProblem(None, f"default {value!r} has type {type(value).__name__}, not {wanted}", f"give a default of the annotated type ({schema_type})")
+
+
+def default_text(value: Any, schema_type: str) -> str:
+    """How ``value`` is written as a schema default, e.g. ``torch.float32`` -> ``float32``."""
+    check_default(value, schema_type)
+    if value is None:
+        if not schema_type.endswith("?"):
+            raise SchemaProblem(None, f"default None for non-optional type {schema_type}", "annotate it Optional[...]")
+        return "None"
+    if isinstance(value, bool) or isinstance(value, (int, float)):
+        return repr(value) if not isinstance(value, bool) else str(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, torch.device):
+        return f'"{value}"'
+    if isinstance(value, torch.dtype):
+        return str(value).removeprefix("torch.")
+    if value is torch.strided or value is torch.contiguous_format:
+        return str(value).removeprefix("torch.")
+    if isinstance(value, (torch.layout, torch.memory_format)):
+        raise SchemaProblem(
+            None,
+            f"default {value} cannot be written in a schema (only torch.strided and torch.contiguous_format can)",
+            "annotate it Optional[...] with default None and pick the value inside the kernel",
+        )
+    if isinstance(value, (tuple, list)) and all(isinstance(v, (int, float, bool)) for v in value):
+        return "[" + ", ".join(default_text(v, schema_type.rstrip("?")[:-2]) for v in value) + "]"
+    raise SchemaProblem(
+        None,
+        f"default {value!r} of type {type(value).__name__} has no schema form",
+        "use None, a number, bool, str, torch.dtype, torch.device, torch.layout, torch.memory_format or a tuple of numbers",
+    )
+
+
+# --------------------------------------------------------------------------- derivation
+
+
+def suggest_annotation(name: str, default: Any) -> str:
+    """An annotation for an unannotated parameter: from its default's type, else a neutral
+    example naming it (``gain: float = 1.0``; ``x: Tensor or x: float``)."""
+    if default is inspect.Parameter.empty:
+        return f"{name}: Tensor or {name}: float"
+    if default is None:
+        return f"{name}: Optional[Tensor] = None or {name}: Optional[float] = None"
+    kind = type(default)
+    if kind in (bool, int, float, str):
+        return f"{name}: {kind.__name__} = {default!r}"
+    if isinstance(default, (torch.dtype, torch.device)):
+        return f"{name}: torch.{kind.__name__} = {_default_repr(default)}"
+    if isinstance(default, (tuple, list)) and default and all(type(v) is type(default[0]) and type(v) in (bool, int, float) for v in default):
+        return f"{name}: Sequence[{type(default[0]).__name__}] = {default!r}"
+    return f"{name}: <its type> = {default!r}"
+
+
+def _default_repr(value: Any) -> str:
+    """``torch.float32`` / ``torch.device('cpu')``: a default as the user would write it."""
+    return repr(value) if isinstance(value, torch.device) else str(value)

@@ -1,0 +1,413 @@
+"""How a class statement becomes a frozen :class:`~opclass.define.spec.OpSpec`: collect, then
+validate, then the spec. Nothing here touches the dispatcher's registrations: everything that
+can be wrong with a definition is found before anything is registered, so a bad class leaves
+the dispatcher (and any earlier op of the same name) as it was.
+
+Example:
+    >>> import torch
+    >>> from opclass.define.builder import OpBuilder
+    >>> class Scale:  # what CustomOp.__init_subclass__ hands over
+    ...     @staticmethod
+    ...     def cpu(x: torch.Tensor, k: float = 2.0) -> torch.Tensor: ...
+    >>> builder = OpBuilder(Scale, {"name": "docs_builder::scale"})
+    >>> _ = builder.collect()
+    >>> builder.validate().schema_str
+    '(Tensor x, float k=2.0) -> Tensor'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+from typing import Any, Iterable, Mapping
+
+import torch
+
+from opclass.core.compat import tagged_inplace, tagged_out
+from opclass.core.names import CLASS_KEYWORDS
+from opclass.define import schema as schemas
+from opclass.define.annotations import SchemaProblem
+from opclass.define.hookspec import Hook, HookContext, hooks
+from opclass.define.spec import Keywords, OpSpec
+from opclass.errors import OpDefinitionError, did_you_mean, formatdef
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_RESERVED_NAMESPACES = {"aten", "prim", "prims", "quantized", "_quantized", "inductor", "higher_order", "_c10d_functional", "c10d"}
+# Names people reach for that mean one of our hooks.
+_ALIASES = {
+    "fake": "abstract", "meta": "abstract", "fake_impl": "abstract", "register_fake": "abstract",
+    "abstract_impl": "abstract", "setup_ctx": "setup_context", "save_for_backward": "setup_context",
+    "backwards": "backward", "bwd": "backward", "forward": "default", "batch_rule": "vmap",
+    "shard": "sharding", "register_sharding": "sharding",
+}
+# Device names torch does not know, and the one that was meant.
+_NOT_DEVICES = {"gpu": "cuda", "tpu": "xla", "npu": "privateuseone", "metal": "mps", "rocm": "cuda", "hpu_": "hpu"}
+# Device types torch knows; a method named after one without a hook must not pass as a helper.
+_TORCH_DEVICE_TYPES = {"cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip", "ve", "fpga", "maia", "xla", "lazy", "vulkan", "mps", "hpu", "mtia", "privateuseone"}
+_STUB = "__opclass_stub__"
+_UNSET: Any = object()
+
+
+def _snake_case(name: str) -> str:
+    name = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
+    return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
+
+
+# Keywords that belong to the op's definition, which an op extended with existing=True already has.
+_DEFINING_KEYWORDS = ("mutates_args", "schema", "tags")
+_KEYWORD_ALIASES = {"extend": "existing", "extends": "existing", "exists": "existing", "mutates": "mutates_args", "mutable_args": "mutates_args", "mutated_args": "mutates_args", "tag": "tags", "ns": "namespace", "op_name": "name"}
+
+
+class OpBuilder:
+    """Turns one class statement into an :class:`OpSpec`: :meth:`collect`, then :meth:`validate`.
+    One small method per check; the state they share is declared here."""
+
+    __slots__ = ("cls", "cls_name", "given", "unknown", "hooks", "defined", "inherited_schema", "keywords", "schema_text", "partial")
+
+    def __init__(self, cls: type, keywords: Mapping[str, Any], unknown: Mapping[str, Any] = {}) -> None:
+        self.cls = cls
+        # Local classes read as ``Bad``, not ``test_x.<locals>.Bad``.
+        self.cls_name = cls.__qualname__.rpartition("<locals>.")[2]
+        self.given = dict(keywords)
+        self.unknown = dict(unknown)
+        self.hooks: Mapping[str, Hook] = hooks()
+        #: Hook name -> the user's value (static methods unwrapped), inherited ones included.
+        self.defined: dict[str, Any] = {}
+        #: The schema of the concrete op this class derives from, if any.
+        self.inherited_schema: str | None = None
+        #: The class keywords in force (inherited ones included), as given.
+        self.keywords: dict[str, Any] = {}
+        #: The schema text the spec gets (set when the schema is settled).
+        self.schema_text = ""
+        #: Kernel hooks annotated only in part (checked against the schema, not derived from).
+        self.partial: list[str] = []
+
+    # ------------------------------------------------------------------ helpers
+
+    def fail(self, hook: str | None, problem: str, fix: str = "", fn: Any = None) -> None:
+        where = formatdef(self.cls_name, hook, fn) if (hook and fn is not None and callable(fn)) else (
+            f"{self.cls_name}.{hook}" if hook else f"class {self.cls_name}"
+        )
+        raise OpDefinitionError(self.cls_name, hook, where, problem, fix)
+
+    # ------------------------------------------------------------------ 1. collect
+
+    def collect(self) -> dict[str, Any]:
+        """Find the hooks this class defines or inherits; returns the class keywords in force,
+        which subclasses inherit."""
+        for klass in reversed(self.cls.__mro__):
+            for attr, raw in vars(klass).items():
+                if attr in self.hooks and not getattr(_unwrap(raw), _STUB, False):
+                    self.defined[attr] = _unwrap(raw)
+        # A variant of a concrete op keeps its signature unless it annotates its own kernels.
+        base = next((k.__dict__["_opclass_record"] for k in self.cls.__mro__[1:] if k.__dict__.get("_opclass_record")), None)
+        self.inherited_schema = base.schema_str if base is not None else None
+        inherited: dict[str, Any] = getattr(self.cls, "_opclass_keywords", {})
+        # Any iterable is taken once (a generator would be empty for the next reader and for subclasses).
+        given = {k: tuple(v) if k in ("mutates_args", "tags") and isinstance(v, Iterable) and not isinstance(v, str) else v for k, v in self.given.items()}
+        merged = {**{k: v for k, v in inherited.items() if k not in ("name", "existing")}, **{k: v for k, v in given.items() if v is not None}}
+        if base is not None:
+            merged.setdefault("namespace", base.namespace)
+        self.keywords = merged
+        return merged
+
+    # ------------------------------------------------------------------ 2. validate
+
+    def validate_attributes(self) -> None:
+        """Hooks written as static methods; no near-miss hook names among the helpers."""
+        for attr, raw in vars(self.cls).items():
+            if attr.startswith("__") or attr.startswith("_opclass"):
+                continue
+            hook = self.hooks.get(attr)
+            fn = _unwrap(raw)
+            if hook is not None:
+                if hook.staticmethod and not isinstance(raw, staticmethod):
+                    kind = "a classmethod" if isinstance(raw, classmethod) else "a plain function" if inspect.isfunction(raw) else type(raw).__name__
+                    self.fail(attr, f"hooks are static methods, but this is {kind}", "add @staticmethod above the def", fn)
+                if hook.staticmethod and not callable(fn):
+                    self.fail(attr, f"must be a function, got {fn!r}", "define it with @staticmethod def ...")
+                continue
+            if attr.startswith("_") or not (inspect.isfunction(fn) or isinstance(raw, (staticmethod, classmethod))):
+                continue
+            device = _NOT_DEVICES.get(attr.lower())
+            if device is not None:
+                self.fail(attr, f"unknown device type {attr!r}", f"the torch device type is '{device}': rename the method {device}", fn)
+            if attr in _TORCH_DEVICE_TYPES:
+                self.fail(
+                    attr,
+                    f"{attr!r} is a torch device type with no opclass hook",
+                    f"register one with opclass.register_hook(opclass.device_hook({attr!r})), or use default",
+                    fn,
+                )
+            guess = did_you_mean(attr, self.hooks, _ALIASES)
+            if guess is not None:
+                # A helper that merely contains a hook name (backward_impl) gets told how to keep it.
+                hint = f" (for a helper, name it _{attr})" if guess in attr and guess != attr else ""
+                self.fail(attr, "not a hook", f"did you mean '{guess}'?{hint}", fn)
+
+    def validate_keywords(self) -> Keywords:
+        """Name, namespace, mutates_args, schema and tags: types and spelling."""
+        kw = self.keywords
+        for key in self.unknown:
+            guess = did_you_mean(key, CLASS_KEYWORDS, _KEYWORD_ALIASES)
+            self.fail(
+                None,
+                f"unknown class keyword {key}={self.unknown[key]!r}",
+                f"did you mean {guess!r}?" if guess else f"the class keywords are {', '.join(CLASS_KEYWORDS)}",
+            )
+        namespace = kw.get("namespace")
+        if namespace is not None and (not isinstance(namespace, str) or not _IDENT.match(namespace)):
+            self.fail(None, f"namespace={namespace!r} is not a valid namespace", "use a Python identifier such as 'mylib'")
+        mutates = kw.get("mutates_args", ())
+        # torch's spelling for "may write to any Tensor argument"
+        unknown = isinstance(mutates, str) and mutates == "unknown"
+        if unknown:
+            mutates = ()
+        if isinstance(mutates, str):
+            self.fail(None, f"mutates_args={mutates!r} is a string, not a collection of names", f"write mutates_args=({mutates!r},), or mutates_args='unknown' for every Tensor argument")
+        if not isinstance(mutates, Iterable) or not all(isinstance(m, str) for m in mutates):
+            self.fail(None, f"mutates_args={mutates!r} must be parameter names", "write e.g. mutates_args=('out',)")
+        tags = kw.get("tags", ())
+        tags = (tags,) if isinstance(tags, torch.Tag) else tuple(tags) if isinstance(tags, Iterable) else tags
+        if not isinstance(tags, tuple) or not all(isinstance(t, torch.Tag) for t in tags):
+            self.fail(None, f"tags={kw.get('tags')!r} must be torch.Tag values", "write e.g. tags=torch.Tag.needs_fixed_stride_order")
+        if tagged_inplace(tags) and tagged_out(tags):
+            self.fail(None, "torch.Tag.inplace and torch.Tag.out are mutually exclusive", "pick one")
+        schema = kw.get("schema")
+        if schema is not None and not isinstance(schema, str):
+            self.fail(None, f"schema={schema!r} must be a string", "write e.g. schema='(Tensor x) -> Tensor'")
+        name = self.given.get("name")
+        if name is not None and not isinstance(name, str):
+            self.fail(None, f"name={name!r} must be a string", "write e.g. name='mylib::my_op'")
+        existing = self.given.get("existing")
+        if existing is not None and type(existing) is not bool:
+            self.fail(None, f"existing={existing!r} must be True or False", "write existing=True to extend an op defined elsewhere")
+        if existing:
+            for key in _DEFINING_KEYWORDS:
+                if self.given.get(key) is not None:
+                    self.fail(
+                        None,
+                        f"{key}= with existing=True: the op is defined already, with its own schema, mutations and tags",
+                        f"drop {key}=; the dispatcher's schema is used (annotations, if any, must agree with it)",
+                    )
+        return Keywords(name, namespace, tuple(dict.fromkeys(mutates)), schema, tags, unknown, bool(existing), "mutates_args" in kw)
+
+    def validate_pairs(self) -> None:
+        """Hooks that only make sense together (``setup_context`` + ``backward``)."""
+        for attr in self.defined:
+            for needed in self.hooks[attr].requires:
+                if needed not in self.defined:
+                    self.fail(attr, f"is defined without {needed!r}", f"define both {attr} and {needed}, or neither", self.defined[attr])
+
+    def is_concrete(self) -> bool:
+        return any(self.hooks[h].backend for h in self.defined)
+
+    def resolve_name(self, kw: Keywords) -> tuple[str, str, str]:
+        """``(namespace, name, overload)`` from ``name=``/``namespace=``/the class name."""
+        raw = kw.name
+        if raw is None:
+            raw = _snake_case(self.cls.__name__)
+        if "::" in raw:
+            namespace, _, rest = raw.partition("::")
+        else:
+            namespace, rest = kw.namespace or "", raw
+            if not namespace:
+                self.fail(None, f"op name {raw!r} has no namespace", f"write name='mylib::{raw}' or subclass a base with namespace='mylib'")
+        opname, _, overload = rest.partition(".")
+        for part, what in ((namespace, "namespace"), (opname, "op name"), (overload or "default", "overload name")):
+            if not _IDENT.match(part):
+                self.fail(None, f"{what} {part!r} in {raw!r} is not a valid identifier", "use letters, digits and underscores, e.g. 'mylib::my_op'")
+        if namespace in _RESERVED_NAMESPACES:
+            self.fail(None, f"namespace {namespace!r} belongs to PyTorch", "use your project's name as the namespace")
+        if overload == "default":
+            overload = ""
+        return namespace, opname, overload
+
+    def existing_schema(self, kw: Keywords, qualname: str) -> tuple[torch._C.FunctionSchema, Keywords]:
+        """``existing=True``: the dispatcher's schema (the annotated hooks must agree with it), and
+        the keywords with the op's own tags."""
+        schema = schemas.find_schema(qualname)
+        if schema is None:
+            self.fail(None, f"existing=True, but {qualname} is not defined", "define the op first (TORCH_LIBRARY, Library.define, or load its library), or drop existing=True")
+        assert schema is not None
+        self.schema_text = schemas.schema_text(schema)
+        # Partly annotated hooks are checked by validate_kernels, like any op's.
+        annotated = [h for h, fn in self.defined.items() if self.hooks[h].kernel and _annotations(fn)]
+        self.partial = [h for h in annotated if not schemas.fully_annotated(self.defined[h])]
+        op_tags = schemas.op_tags(qualname)
+        for hook in annotated:
+            if hook in self.partial:
+                continue
+            fn = self.defined[hook]
+            try:
+                text = schemas.derive(fn, tuple(schemas.mutated_names(schema)), op_tags)
+            except SchemaProblem as e:
+                self.fail(hook, e.problem, e.fix, fn)
+            diff = schemas.describe_difference(schema, self._parse(qualname, text, hook))
+            if diff is not None:
+                self.fail(
+                    hook,
+                    f"disagrees with the existing op {qualname}{self.schema_text} ({diff})",
+                    "annotate it as the op's schema says, or not at all",
+                    fn,
+                )
+        return schema, dataclasses.replace(kw, tags=op_tags)
+
+    def derive_schema(self, kw: Keywords, qualname: str) -> torch._C.FunctionSchema:
+        """The op schema from ``schema=`` and/or the annotated kernels, which must all agree."""
+        annotated = [h for h, fn in self.defined.items() if self.hooks[h].kernel and _annotations(fn)]
+        complete = [h for h in annotated if schemas.fully_annotated(self.defined[h])]
+        # A hook annotated in part (def abstract(x, shape) -> Tensor) needs a schema from elsewhere;
+        # validate_kernels then checks what it does annotate.
+        self.partial = [h for h in annotated if h not in complete] if complete or kw.schema or self.inherited_schema else []
+        annotated = [h for h in annotated if h not in self.partial]
+        derived: list[tuple[str, str, torch._C.FunctionSchema]] = []
+        for hook in annotated:
+            fn = self.defined[hook]
+            try:
+                text = schemas.derive(fn, schemas.tensor_parameters(fn) if kw.mutates_unknown else kw.mutates_args, kw.tags)
+            except SchemaProblem as e:
+                self.fail(hook, e.problem, e.fix, fn)
+            # Kernels annotated alike (cpu and abstract, typically) give the same text: parsed once.
+            same = next((parsed for _, t, parsed in derived if t == text), None)
+            derived.append((hook, text, same if same is not None else self._parse(qualname, text, hook)))
+        for hook, text, parsed in derived[1:]:
+            first_hook, first_text, first = derived[0]
+            if text == first_text:
+                continue
+            diff = schemas.describe_difference(first, parsed)
+            if diff is not None:
+                self.fail(
+                    hook,
+                    f"disagrees with {formatdef(self.cls_name, first_hook, self.defined[first_hook])} ({diff})",
+                    "give every annotated kernel the same signature, or annotate only one",
+                    self.defined[hook],
+                )
+        if kw.schema is not None:
+            explicit = self._parse(qualname, kw.schema, None)
+            tag_problem = schemas.tag_problem(explicit, kw.tags)
+            if tag_problem is not None:
+                self.fail(None, f"schema={kw.schema!r}: {tag_problem[0]}", tag_problem[1])
+            if derived:
+                diff = schemas.describe_difference(explicit, derived[0][2])
+                if diff is not None:
+                    hook = derived[0][0]
+                    self.fail(hook, f"disagrees with schema={kw.schema!r} ({diff})", "make the annotations match the schema, or drop them", self.defined[hook])
+            given = set(kw.mutates_args) if kw.mutates_given and not kw.mutates_unknown else None
+            in_schema = set(schemas.mutated_names(explicit))
+            if given is not None and given != in_schema:
+                self.fail(
+                    None,
+                    f"schema={kw.schema!r} mutates {sorted(in_schema)} but mutates_args={tuple(sorted(given))}",
+                    "mark exactly the mutated arguments with (a!) in the schema and list them in mutates_args",
+                )
+            self.schema_text = kw.schema.strip()
+            return explicit
+        if not derived and self.inherited_schema is not None:
+            self.schema_text = self.inherited_schema
+            return self._parse(qualname, self.inherited_schema, None)
+        if not derived:
+            hook = next(h for h in self.defined if self.hooks[h].backend)
+            self.fail(hook, "has no type annotations and the class gives no schema=", "annotate the kernel (x: Tensor) -> Tensor, or pass schema='(Tensor x) -> Tensor'", self.defined[hook])
+        self.schema_text = derived[0][1]
+        return derived[0][2]
+
+    def _parse(self, qualname: str, text: str, hook: str | None) -> torch._C.FunctionSchema:
+        try:
+            return schemas.parse(qualname, text)
+        except RuntimeError as e:
+            detail = str(e).strip().splitlines()[0]
+            self.fail(hook, f"schema {text!r} does not parse ({detail})", "see the schema table in the docs", self.defined.get(hook or ""))
+        raise AssertionError  # unreachable: fail() raises
+
+    def validate_kernels(self, schema: torch._C.FunctionSchema, kw: Keywords) -> None:
+        """Unannotated kernels must accept the op's arguments; mutates_args must name parameters."""
+        names = [a.name for a in schema.arguments]
+        for m in kw.mutates_args:
+            if m not in names:
+                guess = did_you_mean(m, names)
+                self.fail(None, f"mutates_args names {m!r}, which is not a parameter ({', '.join(names)})", f"did you mean {guess!r}?" if guess else "list parameter names only")
+        for hook, fn in self.defined.items():
+            if self.hooks[hook].kernel and (not _annotations(fn) or hook in self.partial):
+                problem = schemas.kernel_signature_problem(fn, schema)
+                if problem is not None:
+                    self.fail(hook, problem, f"write {hook}{_python_params(schema)}", fn)
+            if hook in self.partial:
+                problem = schemas.annotation_problem(fn, schema)
+                if problem is not None:
+                    self.fail(hook, problem, "annotate it as the op's schema says, or not at all", fn)
+        if schema._is_view_op():
+            self.fail(None, f"schema {str(schema)!r} declares a view (an alias annotation without '!')", "return fresh Tensors (e.g. x.clone()) with a plain schema")
+        if not any("Tensor" in str(a.type) for a in schema.arguments):
+            device_kernels = [h for h in self.defined if self.hooks[h].backend and self.hooks[h].device_type]
+            if device_kernels and not any(str(a.type) == "Device" for a in schema.arguments):
+                self.fail(device_kernels[0], "an op with no Tensor inputs cannot pick a device kernel", "add a device: torch.device parameter, or define default", self.defined[device_kernels[0]])
+
+    def validate_hooks(self, qualname: str, schema: torch._C.FunctionSchema, signature: inspect.Signature, kw: Keywords) -> None:
+        """Each hook's own check (built-in or third-party), with the schema known."""
+        for hook, value in self.defined.items():
+            check = self.hooks[hook].check
+            if check is not None:
+                check(value, HookContext(self.cls_name, hook, value, qualname, schema, signature, dict(self.defined), kw.tags, kw.existing))
+
+    # ------------------------------------------------------------------ 3. build
+
+    def build(self, kw: Keywords, ns: str, name: str, overload: str, schema: torch._C.FunctionSchema, signature: inspect.Signature) -> OpSpec:
+        schema_str = self.schema_text
+        mutated = tuple(i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write)
+        return OpSpec(
+            qualname=f"{ns}::{name}" + (f".{overload}" if overload else ""),
+            namespace=ns,
+            name=name,
+            overload=overload,
+            schema_str=schema_str,
+            schema=schema,
+            signature=signature,
+            tags=kw.tags,
+            hooks=dict(self.defined),
+            cls_name=self.cls_name,
+            mutated=mutated,
+            mutated_names=tuple(schema.arguments[i].name for i in mutated),
+            existing=kw.existing,
+        )
+
+    # ------------------------------------------------------------------ the steps, in order
+
+    def validate(self) -> OpSpec | None:
+        """Every check, in order; the spec, or ``None`` for an abstract base (no kernel, no
+        ``existing=True``), which defines no op. Raises :class:`OpDefinitionError` on the first problem."""
+        self.validate_attributes()
+        kw = self.validate_keywords()
+        self.validate_pairs()
+        if not self.is_concrete() and not kw.existing:
+            return None
+        ns, name, overload = self.resolve_name(kw)
+        qualname = f"{ns}::{name}" + (f".{overload}" if overload else "")
+        if kw.existing:
+            schema, kw = self.existing_schema(kw, qualname)
+        else:
+            schema = self.derive_schema(kw, qualname)
+        self.validate_kernels(schema, kw)
+        signature = schemas.python_signature(schema)
+        self.validate_hooks(qualname, schema, signature, kw)
+        return self.build(kw, ns, name, overload, schema, signature)
+
+
+def _unwrap(raw: Any) -> Any:
+    return raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
+
+
+def _annotations(fn: Any) -> bool:
+    return bool(getattr(fn, "__annotations__", None))
+
+
+def _python_params(schema: torch._C.FunctionSchema) -> str:
+    """``(x, y, *, out)``: the parameter list an unannotated kernel should have."""
+    parts, star = [], False
+    for a in schema.arguments:
+        if a.kwarg_only and not star:
+            parts.append("*")
+            star = True
+        parts.append(a.name + ("=..." if a.has_default_value() else ""))
+    return "(" + ", ".join(parts) + ")"

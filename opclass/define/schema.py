@@ -1,0 +1,319 @@
+"""The op schema: derived from annotations, parsed, compared, and the Python signature it gives.
+
+Example:
+    >>> import torch
+    >>> from opclass.define.schema import derive
+    >>> def kernel(x: torch.Tensor, k: float = 2.0) -> torch.Tensor: ...
+    >>> derive(kernel, (), ())
+    '(Tensor x, float k=2.0) -> Tensor'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+from typing import Any, Iterable, Sequence
+
+import torch
+from torch import Tensor
+from torch import _C
+
+from opclass.core import memo
+from opclass.core.compat import tagged_inplace, tagged_out
+from opclass.define.annotations import SchemaProblem, default_text, param_type, resolve_annotations, return_type, suggest_annotation
+
+
+def derive(fn: Any, mutates_args: Sequence[str], tags: Sequence[torch.Tag]) -> str:
+    """The schema string ``(Tensor x, ...) -> Tensor`` for a kernel's annotated signature."""
+    annotations = resolve_annotations(fn)
+    sig = memo.signature(fn)
+    params = []
+    saw_kw_only = False
+    positional: list[tuple[int, str, str]] = []  # (index, name, type) of positional params
+    out_names: list[str] = []
+    for idx, (name, p) in enumerate(sig.parameters.items()):
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
+            kind = {p.VAR_POSITIONAL: "*args", p.VAR_KEYWORD: "**kwargs", p.POSITIONAL_ONLY: "positional-only parameters"}[p.kind]
+            raise SchemaProblem(name, f"{kind} have no schema form", "list every parameter by name")
+        if name not in annotations:
+            raise SchemaProblem(name, f"parameter {name!r} has no annotation", f"annotate it, e.g. {suggest_annotation(name, p.default)}")
+        try:
+            ptype = param_type(annotations[name])
+        except SchemaProblem as e:
+            raise SchemaProblem(name, f"parameter {name!r}: {e.problem}", e.fix) from None
+        if p.kind is p.KEYWORD_ONLY and not saw_kw_only:
+            params.append("*")
+            saw_kw_only = True
+        text = ptype
+        if name in mutates_args:
+            if not ptype.startswith("Tensor"):
+                raise SchemaProblem(name, f"mutates_args names {name!r}, which is {ptype}, not a Tensor", f"remove {name!r} from mutates_args")
+            text = f"Tensor(a{idx}!){ptype[len('Tensor'):]}"
+            if tagged_out(tags):
+                if p.kind is not p.KEYWORD_ONLY or ptype != "Tensor":
+                    raise SchemaProblem(name, f"Tag.out needs {name!r} to be a keyword-only Tensor", f"write it after '*' as {name}: Tensor")
+                out_names.append(name)
+        if p.kind is not p.KEYWORD_ONLY:
+            positional.append((idx, name, ptype))
+        if p.default is not p.empty and dataclasses.is_dataclass(annotations[name]):
+            raise SchemaProblem(name, f"config parameter {name!r} has a default, which a schema cannot hold", f"drop the default; callers pass {name} explicitly")
+        if p.default is not p.empty:
+            try:
+                text += f" {name}={default_text(p.default, ptype)}"
+            except SchemaProblem as e:
+                raise SchemaProblem(name, f"parameter {name!r}: {e.problem}", e.fix) from None
+        else:
+            text += f" {name}"
+        params.append(text)
+    if "return" not in annotations:
+        raise SchemaProblem(None, "the return has no annotation", "annotate it, e.g. -> Tensor, or -> None")
+    ret = return_type(annotations["return"])
+    if tagged_inplace(tags):
+        if not positional or positional[0][2] != "Tensor" or set(mutates_args) != {positional[0][1]}:
+            raise SchemaProblem(None, "Tag.inplace needs the first parameter to be a Tensor that is the only one mutated", "set mutates_args=(first parameter name,)")
+        if ret != "Tensor":
+            raise SchemaProblem(None, "Tag.inplace needs the return annotation -> Tensor", "return the mutated first argument, annotated -> Tensor")
+        ret = f"Tensor(a{positional[0][0]}!)"
+    if tagged_out(tags):
+        if not out_names:
+            raise SchemaProblem(None, "Tag.out needs at least one keyword-only Tensor in mutates_args", "add e.g. *, out: Tensor and mutates_args=('out',)")
+        expected = "Tensor" if len(out_names) == 1 else "(" + ", ".join(["Tensor"] * len(out_names)) + ")"
+        if ret != expected:
+            raise SchemaProblem(None, f"Tag.out needs the return annotation to match the out arguments {tuple(out_names)}", f"annotate the return as {expected.replace('(', 'tuple[').replace(')', ']')}")
+        aliases = [f"Tensor(a{list(sig.parameters).index(n)}!)" for n in out_names]
+        ret = aliases[0] if len(aliases) == 1 else "(" + ", ".join(aliases) + ")"
+    return "(" + ", ".join(params) + ") -> " + ret
+
+
+def tensor_parameters(fn: Any) -> tuple[str, ...]:
+    """The parameters annotated with a Tensor type (what ``mutates_args="unknown"`` marks mutated)."""
+    found = []
+    for name, ann in resolve_annotations(fn).items():
+        try:
+            if name != "return" and param_type(ann).startswith("Tensor"):
+                found.append(name)
+        except SchemaProblem:
+            pass  # derive() reports it
+    return tuple(found)
+
+
+def tag_problem(schema: torch._C.FunctionSchema, tags: Sequence[torch.Tag]) -> tuple[str, str] | None:
+    """``(problem, fix)`` when an explicit schema breaks the rules of ``Tag.inplace``/``Tag.out``
+    (the same rules :func:`derive` applies to annotations)."""
+    args, returns = list(schema.arguments), list(schema.returns)
+    written = [a for a in args if a.alias_info is not None and a.alias_info.is_write]
+
+    def aliases(x: Any) -> set[str]:
+        return set(x.alias_info.before_set) if x.alias_info is not None else set()
+
+    if tagged_inplace(tags):
+        first = args[0] if args and not args[0].kwarg_only else None
+        if first is None or str(first.type) != "Tensor" or [a.name for a in written] != [first.name]:
+            return "Tag.inplace needs the first parameter to be a Tensor that is the only one mutated", "write e.g. schema='(Tensor(a!) x, float k) -> Tensor(a!)'"
+        if len(returns) != 1 or str(returns[0].type) != "Tensor" or aliases(returns[0]) != aliases(first):
+            return "Tag.inplace needs the op to return its first argument", "end the schema with -> Tensor(a!), the first argument's alias"
+    if tagged_out(tags):
+        if not written or any(not a.kwarg_only or str(a.type) != "Tensor" for a in written):
+            return "Tag.out needs the mutated arguments to be keyword-only Tensors", "write e.g. schema='(Tensor x, *, Tensor(a!) out) -> Tensor(a!)'"
+        if len(returns) != len(written) or any(aliases(r) != aliases(a) for r, a in zip(returns, written)):
+            return "Tag.out needs the op to return its out arguments, in order", "write the returns as their aliases, e.g. -> (Tensor(a!), Tensor(b!))"
+    return None
+
+
+def parse(qualname: str, schema: str) -> torch._C.FunctionSchema:
+    """Parse ``(args) -> ret`` for the op ``ns::name[.overload]``."""
+    return torch._C.parse_schema(qualname + schema)
+
+
+def mutated_names(schema: torch._C.FunctionSchema) -> list[str]:
+    """Names of the arguments the schema marks as written to."""
+    return [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+
+
+def describe_difference(a: torch._C.FunctionSchema, b: torch._C.FunctionSchema) -> str | None:
+    """The first way two schemas differ, in words; ``None`` if they are the same."""
+    if len(a.arguments) != len(b.arguments):
+        return f"{len(a.arguments)} vs {len(b.arguments)} parameters"
+    for x, y in zip(a.arguments, b.arguments):
+        if x.name != y.name:
+            return f"parameter {x.name!r} vs {y.name!r}"
+        if str(x.real_type) != str(y.real_type):
+            return f"parameter {x.name!r} is {x.real_type} vs {y.real_type}"
+        if x.kwarg_only != y.kwarg_only:
+            return f"parameter {x.name!r} is keyword-only in one only"
+        if x.has_default_value() != y.has_default_value() or (
+            x.has_default_value() and x.default_value != y.default_value
+        ):
+            dx = x.default_value if x.has_default_value() else "no default"
+            dy = y.default_value if y.has_default_value() else "no default"
+            return f"parameter {x.name!r} default {dx!r} vs {dy!r}"
+    ra = [str(r.real_type) for r in a.returns]
+    rb = [str(r.real_type) for r in b.returns]
+    if ra != rb:
+        return f"returns ({', '.join(ra)}) vs ({', '.join(rb)})"
+    return None
+
+
+# --------------------------------------------------------------------------- Python side
+
+_PY_TYPES: dict[str, Any] = {
+    "Tensor": Tensor,
+    "int": int,
+    "float": float,
+    "bool": bool,
+    "str": str,
+    "number": torch.types.Number,
+    "ScalarType": torch.dtype,
+    "Device": torch.device,
+    "Layout": torch.layout,
+    "MemoryFormat": torch.memory_format,
+}
+
+
+def _py_type(t: str) -> Any:
+    """The annotation for a JIT type string such as ``Optional[List[int]]`` (from ``Argument.real_type``)."""
+    if t.startswith("Optional[") and t.endswith("]"):
+        return typing.Optional[_py_type(t[len("Optional["):-1])]
+    if t.startswith("List[") and t.endswith("]"):
+        return list[_py_type(t[len("List["):-1])]  # type: ignore[misc]
+    if t.startswith("Tuple[") and t.endswith("]"):
+        return tuple[tuple(_py_type(e) for e in _split_types(t[len("Tuple["):-1]))]  # type: ignore[misc]
+    return _PY_TYPES.get(t, typing.Any)
+
+
+def _split_types(text: str) -> list[str]:
+    """``"Tensor, List[int]"`` -> ``["Tensor", "List[int]"]`` (commas inside brackets kept)."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        depth += c == "["
+        depth -= c == "]"
+        if c == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return parts
+
+
+def _dtype_from_code(code: int) -> Any:
+    """The dtype the schema parser stores as ``code`` (it keeps ScalarType defaults as enum ints)."""
+    if not _DTYPE_CODES:
+        for d in vars(torch).values():
+            if isinstance(d, torch.dtype) and d not in _DTYPE_CODES.values():
+                try:
+                    arg = torch._C.parse_schema(f"x::f(ScalarType d={default_text(d, 'ScalarType')}) -> ()").arguments[0]
+                except (RuntimeError, SchemaProblem):
+                    continue
+                if isinstance(arg.default_value, int):
+                    _DTYPE_CODES[arg.default_value] = d
+    return _DTYPE_CODES.get(code, code)
+
+
+_DTYPE_CODES: dict[int, torch.dtype] = {}
+
+
+def _py_default(arg: torch._C.Argument) -> Any:
+    value = arg.default_value
+    t = str(arg.real_type)
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        if "ScalarType" in t:
+            return _dtype_from_code(value)
+        if "Layout" in t:
+            return torch.strided
+        if "MemoryFormat" in t:
+            return torch.contiguous_format
+    if isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+def python_signature(schema: torch._C.FunctionSchema) -> inspect.Signature:
+    """An ``inspect.Signature`` for the op, used for ``inspect.signature(MyOp)`` and the call function."""
+    params = []
+    for a in schema.arguments:
+        kind = inspect.Parameter.KEYWORD_ONLY if a.kwarg_only else inspect.Parameter.POSITIONAL_OR_KEYWORD
+        default = _py_default(a) if a.has_default_value() else inspect.Parameter.empty
+        params.append(inspect.Parameter(a.name, kind, default=default, annotation=_py_type(str(a.real_type))))
+    returns = [_py_type(str(r.real_type)) for r in schema.returns]
+    ret: Any = None if not returns else returns[0] if len(returns) == 1 else tuple[tuple(returns)]  # type: ignore[misc]
+    return inspect.Signature(params, return_annotation=ret)
+
+
+def annotation_problem(fn: Any, schema: torch._C.FunctionSchema) -> str | None:
+    """For a hook annotated only in part: what it does annotate must agree with the schema."""
+    try:
+        annotations = resolve_annotations(fn)
+        arguments = {a.name: a for a in schema.arguments}
+        for name, ann in annotations.items():
+            if name in arguments:
+                got = param_type(ann)
+                if str(parse("opclass::check", f"({got} a) -> ()").arguments[0].real_type) != str(arguments[name].real_type):
+                    return f"parameter {name!r} is annotated {got}, but the op's schema says {arguments[name].real_type}"
+        if "return" in annotations:
+            got = return_type(annotations["return"])
+            if [str(r.real_type) for r in parse("opclass::check", f"() -> {got}").returns] != [str(r.real_type) for r in schema.returns]:
+                return f"the return is annotated {got}, but the op returns {str(schema).rpartition(' -> ')[2]}"
+    except SchemaProblem as e:
+        return e.problem
+    return None
+
+
+def fully_annotated(fn: Any) -> bool:
+    """Every parameter and the return annotated: the hook's annotations alone give a schema."""
+    annotations = getattr(fn, "__annotations__", None) or {}
+    return "return" in annotations and all(name in annotations for name in memo.signature(fn).parameters)
+
+
+def kernel_signature_problem(fn: Any, schema: torch._C.FunctionSchema) -> str | None:
+    """Why an unannotated kernel cannot take the op's arguments, or ``None`` if it can."""
+    try:
+        sig = memo.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    ps = list(sig.parameters.values())
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in ps):
+        return None
+    names = [p.name for p in ps]
+    expected = [a.name for a in schema.arguments]
+    if names != expected:
+        return f"its parameters ({', '.join(names)}) do not match the op's ({', '.join(expected)})"
+    for p, a in zip(ps, schema.arguments):
+        if a.kwarg_only != (p.kind is p.KEYWORD_ONLY):
+            return f"parameter {p.name!r} must {'' if a.kwarg_only else 'not '}be keyword-only"
+        # The dispatcher drops arguments equal to their default before calling a Python kernel.
+        if a.has_default_value() and p.default is p.empty:
+            return f"parameter {p.name!r} needs a default (the schema gives {a.name}={a.default_value!r})"
+    return None
+
+
+def dedupe(names: Iterable[str]) -> tuple[str, ...]:
+    """``names`` in order, without repeats."""
+    return tuple(dict.fromkeys(names))
+
+
+def find_schema(qualname: str) -> torch._C.FunctionSchema | None:
+    """The dispatcher's schema of ``ns::name[.overload]``, or ``None`` if no such op is defined."""
+    name, _, overload = qualname.partition(".")
+    try:
+        _C._dispatch_find_schema_or_throw(name, overload)
+    except RuntimeError:
+        return None
+    return next((s for s in _C._jit_get_schemas_for_operator(name) if s.overload_name == overload), None)
+
+
+def schema_text(schema: torch._C.FunctionSchema) -> str:
+    """``(args) -> returns``: the schema without its name, as ``OpSpec.schema_str`` holds it."""
+    text = str(schema)
+    return text[text.index("(") :]
+
+
+def op_tags(qualname: str) -> tuple[torch.Tag, ...]:
+    """The tags of the op ``ns::name[.overload]`` defined elsewhere (none if it cannot be found)."""
+    ns, _, rest = qualname.partition("::")
+    name, _, overload = rest.partition(".")
+    try:
+        return tuple(getattr(getattr(getattr(torch.ops, ns), name), overload or "default").tags)
+    except (AttributeError, RuntimeError):
+        return ()

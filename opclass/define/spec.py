@@ -1,0 +1,97 @@
+"""What a class statement defines, once validated: the frozen :class:`OpSpec`, and its keywords.
+
+Example:
+    >>> import torch, opclass
+    >>> class DocsSpecNeg(opclass.CustomOp, name="docs_spec::neg"):
+    ...     @staticmethod
+    ...     def default(x: torch.Tensor) -> torch.Tensor:
+    ...         return -x
+    >>> DocsSpecNeg.record.spec.overload_name(), DocsSpecNeg.record.spec.is_functional
+    ('neg', True)
+    >>> opclass.remove(DocsSpecNeg)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any
+
+import torch
+
+from opclass.core.compat import tagged_inplace, tagged_out
+
+__all__ = ["Keywords", "OpSpec"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Keywords:
+    """The class keywords in force, after inheritance and validation."""
+
+    name: str | None
+    namespace: str | None
+    mutates_args: tuple[str, ...]
+    schema: str | None
+    tags: tuple[torch.Tag, ...]
+    #: ``mutates_args="unknown"``: every Tensor argument is marked mutated, as torch does.
+    mutates_unknown: bool = False
+    #: ``existing=True``: extend an op defined elsewhere instead of defining one.
+    existing: bool = False
+    #: ``mutates_args=`` was given (not merely inherited as empty).
+    mutates_given: bool = False
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class OpSpec:
+    """What an op class defines: its name, schema, tags and hooks. Frozen: installs only read it."""
+
+    #: ``"ns::name"`` or ``"ns::name.overload"``.
+    qualname: str
+    #: The op's namespace, the ``ns`` of ``torch.ops.ns.name``.
+    namespace: str
+    #: The op's name within its namespace, without the overload.
+    name: str
+    #: The overload name (``""`` for the default overload).
+    overload: str
+    #: The schema without the name, e.g. ``"(Tensor x) -> Tensor"``.
+    schema_str: str
+    #: The parsed schema, as ``torch.ops.ns.name.default._schema`` has it.
+    schema: torch._C.FunctionSchema
+    #: The kernels' Python signature (parameters, defaults, keyword-only markers), used to bind calls.
+    signature: inspect.Signature
+    #: The ``torch.Tag`` values of the class's ``tags=`` keyword.
+    tags: tuple[torch.Tag, ...]
+    #: Each defined hook's raw value by hook name; an extension finds its own as ``record.hooks["inverse"]``.
+    hooks: dict[str, Any]
+    #: The defining class's ``__name__``, as error messages name it.
+    cls_name: str
+    #: Positions (in schema order) of the arguments the op writes to.
+    mutated: tuple[int, ...] = ()
+    #: Names of the arguments the op writes to, in the order of ``mutated``.
+    mutated_names: tuple[str, ...] = ()
+    #: ``existing=True``: the class extends an op defined elsewhere (its install defines nothing).
+    existing: bool = False
+
+    @property
+    def is_inplace(self) -> bool:
+        """True for ``Tag.inplace`` ops, which mutate and return their first argument."""
+        return tagged_inplace(self.tags)
+
+    @property
+    def is_out(self) -> bool:
+        """True for ``Tag.out`` ops, which write into keyword-only ``out`` Tensors and return them."""
+        return tagged_out(self.tags)
+
+    @property
+    def is_functional(self) -> bool:
+        """The op mutates nothing (so its outputs must not alias its inputs)."""
+        return not self.mutated
+
+    @property
+    def single_tensor(self) -> bool:
+        """The op returns exactly one Tensor and mutates nothing."""
+        return [str(r.real_type) for r in self.schema.returns] == ["Tensor"] and not self.mutated
+
+    def overload_name(self) -> str:
+        """``name`` or ``name.overload``, as ``Library.define`` wants it."""
+        return f"{self.name}.{self.overload}" if self.overload else self.name

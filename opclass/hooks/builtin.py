@@ -1,0 +1,225 @@
+"""opclass's own hooks beside the kernels (:mod:`opclass.hooks.kernels`): the autograd formula,
+``vmap``, ``autocast``, ``torch_dispatch`` and ``samples``; and the registration of every
+built-in hook, in installation order, through the public :func:`~opclass.register_hook`.
+
+Example:
+    >>> import opclass
+    >>> opclass.hooks()["vmap"].doc
+    'batching rule (info, in_dims, *args) -> (output, out_dims)'
+"""
+
+from __future__ import annotations
+
+import collections.abc
+from typing import Any, Callable
+
+import torch
+from torch import _C
+
+from opclass.core import memo
+from opclass.core.compat import tagged_out
+from opclass.core.names import DEVICE_TYPES
+from opclass.define.hookspec import Hook, HookContext, positional_count, register_hook
+from opclass.hooks import eager, sharding, traceable
+from opclass.hooks.kernels import abstract_hook, device_hook
+from opclass.install.record import OpRecord
+
+# Keys holding an autograd kernel of an op's own (a formula would be shadowed or would shadow it).
+_AUTOGRAD_KEYS = ("Autograd", "AutogradCPU", "AutogradCUDA", "AutogradOther", "CompositeImplicitAutograd")
+_AUTOGRAD = ((_AUTOGRAD_KEYS, "an autograd kernel", "drop setup_context and backward: the op's own autograd kernel stays in charge"),)
+
+
+def _check_autograd(fn: Any, ctx: HookContext) -> None:
+    if tagged_out(ctx.tags):
+        ctx.fail("an op tagged torch.Tag.out cannot have an autograd formula", "remove setup_context and backward")
+    mutated = [a.name for a in ctx.schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    if mutated:
+        ctx.fail(
+            f"the op mutates {', '.join(mutated)}, and autograd formulas are only for functional ops",
+            "make a functional op (return new Tensors, no mutates_args) and give it the formula",
+        )
+
+
+def _check_setup_context(fn: Any, ctx: HookContext) -> None:
+    _check_autograd(fn, ctx)
+    params = memo.signature(fn).parameters
+    names = list(params)
+    has_kw_only = any(a.kwarg_only for a in ctx.schema.arguments)
+    if has_kw_only and names == ["ctx", "inputs", "output"]:
+        ctx.fail(
+            "the op has keyword-only arguments, which setup_context would not see",
+            "write setup_context(ctx, inputs, keyword_only_inputs, output)",
+        )
+    if "keyword_only_inputs" in names or has_kw_only:
+        expected = ["ctx", "inputs", "keyword_only_inputs", "output"]
+    else:
+        expected = ["ctx", "inputs", "output"]
+    if names != expected:
+        ctx.fail(f"takes ({', '.join(names)})", f"write setup_context({', '.join(expected)})")
+
+
+def _install_setup_context(record: OpRecord, fn: Callable[..., Any]) -> None:
+    record.setup_context = fn
+    record.setup_keywords = "keyword_only_inputs" in memo.signature(fn).parameters
+
+
+def _check_backward(fn: Any, ctx: HookContext) -> None:
+    _check_autograd(fn, ctx)
+    n = positional_count(fn)
+    outputs = len(ctx.schema.returns)
+    if n is not None and n != 1 + outputs:
+        # Count gradients, not parameters: ctx is not one, and "2 parameters, 2 outputs" reads as a match.
+        took = "no parameters (not even ctx)" if n == 0 else f"ctx and {_count(n - 1, 'gradient')}"
+        ctx.fail(
+            f"takes {took}, but the op has {_count(outputs, 'output')}, so backward receives {_count(outputs, 'gradient')}",
+            f"write backward(ctx, {', '.join(f'grad{i}' for i in range(outputs)) or '*grads'}) with one gradient per output",
+        )
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _install_backward(record: OpRecord, fn: Callable[..., Any]) -> None:
+    record.backward = fn
+
+
+def _check_jvp(fn: Any, ctx: HookContext) -> None:
+    _check_autograd(fn, ctx)
+    n = positional_count(fn)
+    n_args = sum(not a.kwarg_only for a in ctx.schema.arguments)
+    if n is not None and n != 1 + n_args:
+        args = ", ".join(f"{a.name}_t" for a in ctx.schema.arguments if not a.kwarg_only)
+        ctx.fail(f"takes {n} positional parameters, but the op has {n_args} positional input(s)", f"write jvp(ctx, {args}) returning the output tangent(s)")
+
+
+def _install_jvp(record: OpRecord, fn: Callable[..., Any]) -> None:
+    record.jvp = fn
+
+
+# --------------------------------------------------------------------------- vmap, autocast, torch_dispatch
+
+
+def _check_vmap(fn: Any, ctx: HookContext) -> None:
+    n = positional_count(fn)
+    n_args = sum(not a.kwarg_only for a in ctx.schema.arguments)
+    if n is not None and n != 2 + n_args:
+        args = ", ".join(a.name for a in ctx.schema.arguments if not a.kwarg_only)
+        ctx.fail(f"takes {n} positional parameters", f"write vmap(info, in_dims, {args}) returning (output, out_dims)")
+
+
+def _install_vmap(record: OpRecord, fn: Callable[..., Any]) -> None:
+    assert record.op is not None
+    torch.library.register_vmap(record.op, fn, lib=record.lib)
+
+
+def _check_autocast(value: Any, ctx: HookContext) -> None:
+    if not isinstance(value, collections.abc.Mapping) or not value:
+        ctx.fail(
+            f"must map device types to dtypes, got {value!r}",
+            "write autocast = {'cuda': torch.float16}",
+        )
+    for device_type, dtype in value.items():
+        try:
+            available = isinstance(device_type, str) and _C._is_autocast_available(device_type)
+        except RuntimeError:  # not a device type at all
+            available = False
+        if not available:
+            ctx.fail(f"{device_type!r} is not a device type with autocast", "use e.g. 'cpu' or 'cuda'")
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            ctx.fail(f"{dtype!r} is not a floating-point dtype", "use e.g. torch.float16 or torch.bfloat16")
+
+
+def _cast(value: Any, device_type: str, dtype: torch.dtype) -> Any:
+    if isinstance(value, torch.Tensor):
+        if value.is_floating_point() and value.device.type == device_type and value.dtype is not torch.float64:
+            return value.to(dtype)
+        return value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cast(v, device_type, dtype) for v in value)
+    return value
+
+
+def _install_autocast(record: OpRecord, value: dict[str, torch.dtype]) -> None:
+    op = record.op
+    assert record.lib is not None and op is not None
+    for device_type, dtype in value.items():
+        key = "Autocast" + _C._dispatch_key_for_device(device_type)
+        record.lib.impl(record.overload_name(), _autocast_kernel(op, key, device_type, dtype), key, with_keyset=True)
+
+
+def _autocast_kernel(op: Any, key: str, device_type: str, dtype: torch.dtype) -> Callable[..., Any]:
+    excluded = _C.DispatchKeySet(getattr(_C.DispatchKey, key))
+
+    def autocast_kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        # Unlike torch.library.register_autocast, keyword arguments are cast too, not rejected.
+        with _C._ExcludeDispatchKeyGuard(excluded):
+            return op(*_cast(args, device_type, dtype), **{k: _cast(v, device_type, dtype) for k, v in kwargs.items()})
+
+    return autocast_kernel
+
+
+def _check_torch_dispatch(value: Any, ctx: HookContext) -> None:
+    if not isinstance(value, collections.abc.Mapping) or not value:
+        ctx.fail(f"must map Tensor subclasses or TorchDispatchModes to rules, got {value!r}", "write torch_dispatch = {MyMode: rule}")
+    for key, rule in value.items():
+        if not isinstance(key, type) or not callable(rule):
+            ctx.fail(f"entry {key!r}: {rule!r} is not a class and a callable", "map a class to rule(mode_or_cls, func, types, args, kwargs)")
+
+
+def install_torch_dispatch(record: OpRecord, value: dict[type, Callable[..., Any]]) -> None:
+    for cls, rule in value.items():
+        torch.library.register_torch_dispatch(record.qualname, cls, rule, lib=record.lib)
+
+
+# --------------------------------------------------------------------------- samples (metadata only)
+
+
+def _check_samples(fn: Any, ctx: HookContext) -> None:
+    try:
+        params = memo.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return
+    if any(p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+        ctx.fail(
+            f"takes ({', '.join(p.name for p in params)}), but it is called with no arguments",
+            "write samples() with no parameters, returning or yielding opclass.testing.Sample(args, kwargs) or tuples of arguments",
+        )
+
+
+def _install_samples(record: OpRecord, fn: Callable[..., Any]) -> None:
+    # Metadata for opclass.testing: no dispatcher registration, nothing the fast path reads.
+    record.samples = fn
+
+
+def _autocast_keys(value: Any) -> list[tuple[tuple[str, ...], str, str]]:
+    found: list[tuple[tuple[str, ...], str, str]] = []
+    for device_type in value if isinstance(value, dict) else ():
+        try:
+            key = "Autocast" + _C._dispatch_key_for_device(device_type)
+        except (RuntimeError, TypeError):
+            continue  # the hook's own check names a bad device type
+        found.append(((key,), f"an autocast kernel for {device_type}", f"drop {device_type!r} from autocast"))
+    return found
+
+
+def register_builtin_hooks() -> None:
+    """Register opclass's hooks (import time). Order is installation order."""
+    register_hook(device_hook(None))
+    for device_type in DEVICE_TYPES:
+        register_hook(device_hook(device_type))
+    register_hook(abstract_hook())
+    for name, install, check, requires, doc in (
+        ("setup_context", _install_setup_context, _check_setup_context, ("backward",), "save what backward needs: (ctx, inputs, output)"),
+        ("backward", _install_backward, _check_backward, ("setup_context",), "gradients of the inputs: (ctx, *grads)"),
+        ("jvp", _install_jvp, _check_jvp, ("setup_context",), "forward-mode AD: (ctx, *input_tangents) -> output tangent(s)"),
+    ):
+        register_hook(Hook(name, install, check=check, requires=requires, doc=doc, occupies=lambda value: _AUTOGRAD))
+    register_hook(eager.eager_autograd_hook())
+    batching = ((("FuncTorchBatched",), "a batching rule", "drop vmap: the op's own rule stays in charge"),)
+    register_hook(Hook("vmap", _install_vmap, check=_check_vmap, doc="batching rule (info, in_dims, *args) -> (output, out_dims)", occupies=lambda value: batching))
+    register_hook(Hook("autocast", _install_autocast, check=_check_autocast, staticmethod=False, doc="dict device type -> dtype: cast floating inputs under autocast", occupies=_autocast_keys))
+    register_hook(Hook("torch_dispatch", install_torch_dispatch, check=_check_torch_dispatch, staticmethod=False, doc="dict Tensor subclass / TorchDispatchMode -> rule"))
+    register_hook(sharding.sharding_hook())
+    register_hook(Hook("samples", _install_samples, check=_check_samples, doc="representative inputs for opclass.testing: () -> Sample or args tuples"))
+    register_hook(traceable.traceable_hook())  # after the kernel hooks: it replaces their kernels

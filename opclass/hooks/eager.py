@@ -1,0 +1,254 @@
+"""Eager-autograd ops: ``eager_autograd = True`` differentiates through the kernel itself.
+
+In eager mode the kernel (made of differentiable torch ops) runs with autograd on, so training
+needs no ``backward``. Wherever a TorchDispatchMode is tracing (torch.compile, torch.export,
+FakeTensor) the op stays one opaque node; if grad is needed there, its backward is a second
+opaque op, ``ns::<name>_eager_backward``, whose kernel re-runs the kernel under autograd and
+differentiates it (recompute, as activation checkpointing does). So compiled graphs never look
+inside the kernel, and data-dependent Python in it (``if x.mean() > 0``) keeps working.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.autograd.forward_ad as _forward_ad
+from torch import _C
+
+from opclass.core.compat import tagged_inplace, tagged_out
+from opclass.core.types import tensors_in
+from opclass.define.hookspec import Hook, HookContext
+from opclass.install.core import plain_keysets
+from opclass.install.functions import AFTER_AUTOGRAD, Call, functions, top_level_differentiates
+from opclass.install.outputs import output_is_fresh
+from opclass.install.record import Kernel, OpRecord
+
+# What the dispatcher excludes below its Autograd kernels; the recompute must undo it.
+_AUTOGRAD_KEYS = (
+    _C.DispatchKeySet(_C.DispatchKey.AutogradFunctionality)
+    .add(_C.DispatchKey.AutogradOther)
+    .add(_C.DispatchKey.AutogradNestedTensor)
+    .add(_C.DispatchKey.ADInplaceOrView)
+    .raw_repr()
+)
+_GRADS = "opclass_grad_outputs"
+_NEEDS = "opclass_needs_input_grad"
+
+
+def backward_name(record: OpRecord) -> str:
+    """``name_eager_backward[.overload]``: the opaque backward op of an eager-autograd op."""
+    return f"{record.name}_eager_backward" + (f".{record.overload}" if record.overload else "")
+
+
+def eager_autograd_hook() -> Hook:
+    """The ``eager_autograd`` hook (see the module docstring).
+
+    Example:
+        >>> import opclass
+        >>> opclass.hooks()["eager_autograd"].staticmethod
+        False
+    """
+    return Hook("eager_autograd", _install, check=_check, staticmethod=False, doc="True: eager autograd differentiates through the kernel; compile/export see one opaque op")
+
+
+def _check(value: Any, ctx: HookContext) -> None:
+    if type(value) is not bool:
+        ctx.fail(f"must be True or False, got {value!r}", "write eager_autograd = True")
+    if not value:
+        return
+    if ctx.existing:
+        ctx.fail("differentiates through opclass's own kernels, and this op was defined elsewhere", "give the op setup_context and backward instead")
+    written = [h for h in ("setup_context", "backward", "jvp") if h in ctx.defined]
+    if written:
+        ctx.fail(
+            f"differentiates through the kernel, but the class also defines {', '.join(written)}",
+            "keep either eager_autograd = True or the formula (setup_context + backward), not both",
+        )
+    if tagged_out(ctx.tags) or tagged_inplace(ctx.tags):
+        ctx.fail("is for functional ops, and this op is tagged inplace/out", "drop the tag, or write setup_context and backward")
+    mutated = [a.name for a in ctx.schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    if mutated:
+        ctx.fail(f"is for functional ops, and this op mutates {', '.join(mutated)}", "return new Tensors instead of writing to inputs")
+    returns = [str(r.real_type) for r in ctx.schema.returns]
+    if not returns or any(r != "Tensor" for r in returns):
+        ctx.fail(
+            f"needs an op that returns Tensors, and this one returns ({', '.join(returns)})",
+            "return a Tensor or a tuple of Tensors",
+        )
+    if any(a.name in (_GRADS, _NEEDS) for a in ctx.schema.arguments):
+        ctx.fail(f"cannot be used with a parameter named {_GRADS} or {_NEEDS}", "rename the parameter")
+
+
+def _install(record: OpRecord, value: bool) -> None:
+    if not value:
+        return
+    record.differentiates_kernel = check_differentiable
+    record.autograd_kernel = make_autograd_kernel
+    record.functorch_entry = direct_entry(record)
+    lib = record.lib
+    assert lib is not None
+    text = record.schema_str
+    params = text[1 : text.rindex(") ->")].strip()
+    extra = f"Tensor[] {_GRADS}, bool[] {_NEEDS}"
+    star = "" if any(a.kwarg_only for a in record.schema.arguments) else "*, "
+    name = backward_name(record)
+    lib.define(f"{name}({params + ', ' if params else ''}{star}{extra}) -> Tensor[]", tags=(torch.Tag.pt2_compliant_tag,))
+    lib.impl(name, _recompute_kernel(record), "CompositeExplicitAutograd")
+    lib._register_fake(name, _fake_backward(record), _stacklevel=1)
+    packet = getattr(getattr(torch.ops, record.namespace), name.partition(".")[0])
+    backward_op = getattr(packet, record.overload or "default")
+    # The formula the op's autograd.Function runs where the op must stay opaque.
+    record.setup_context, record.setup_keywords = _save_inputs(record), True
+    record.backward = _call_backward_op(record, backward_op)
+
+
+def _tensors(record: OpRecord, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[torch.Tensor]:
+    """Every Tensor argument (list elements included), in schema order."""
+    return tensors_in(kwargs.get(a.name) if a.kwarg_only else args[i] if i < len(args) else None for i, a in enumerate(record.schema.arguments))
+
+
+def _save_inputs(record: OpRecord) -> Callable[..., None]:
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], keyword_only_inputs: dict[str, Any], output: Any) -> None:
+        ctx.opclass_inputs = (inputs, keyword_only_inputs)
+        ctx.opclass_needs = [t.requires_grad for t in _tensors(record, inputs, keyword_only_inputs)]
+
+    return setup_context
+
+
+def _call_backward_op(record: OpRecord, backward_op: Any) -> Callable[..., Any]:
+    def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
+        inputs, kw = ctx.opclass_inputs
+        needs: list[bool] = ctx.opclass_needs
+        flat = iter(backward_op(*inputs, **kw, **{_GRADS: list(grads), _NEEDS: needs}) if any(needs) else ())
+        need = iter(needs)
+
+        def take(v: Any) -> Any:
+            if isinstance(v, torch.Tensor):
+                return next(flat) if next(need) else None
+            if isinstance(v, (list, tuple)) and any(isinstance(t, torch.Tensor) for t in v):
+                return [take(t) for t in v]
+            return None
+
+        positional = [take(v) for v in inputs]
+        return (*positional, *(take(kw[a.name]) for a in record.schema.arguments if a.kwarg_only and a.name in kw))
+
+    return backward
+
+
+def _kernel_for(record: OpRecord, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Kernel | None:
+    """The kernel for the inputs' device (``None``: no Tensor, or no kernel for that device)."""
+    first = next(_tensors(record, args, kwargs), None)
+    return record.kernel_for(first.device.type) if first is not None else None
+
+
+def _recompute_kernel(record: OpRecord) -> Callable[..., Any]:
+    where = f"{record.qualname}_eager_backward"
+
+    def eager_backward(*args: Any, **kwargs: Any) -> list[torch.Tensor]:
+        grads: list[torch.Tensor] = kwargs.pop(_GRADS)
+        needs = iter(kwargs.pop(_NEEDS))
+        found_kernel = _kernel_for(record, args, kwargs)
+        if found_kernel is None:
+            raise NotImplementedError(f"{where}: {record.cls_name} has no kernel for these inputs' device")
+        kernel = found_kernel.user
+        leaves: list[torch.Tensor] = []
+
+        def leaf(v: Any) -> Any:
+            if isinstance(v, torch.Tensor):
+                t = v.detach()
+                if next(needs):
+                    t.requires_grad_()
+                    leaves.append(t)
+                return t
+            if isinstance(v, list):
+                return [leaf(t) for t in v]
+            return v
+
+        args = tuple(leaf(v) for v in args)
+        kwargs = {a.name: leaf(kwargs[a.name]) for a in record.schema.arguments if a.name in kwargs}
+        # The dispatcher runs this kernel below autograd; the recompute needs autograd back on.
+        excluded = _C.DispatchKeySet.from_raw_repr(_C._dispatch_tls_local_exclude_set().raw_repr() & ~_AUTOGRAD_KEYS)
+        with _C._ForceDispatchKeyGuard(_C._dispatch_tls_local_include_set(), excluded), torch.enable_grad():
+            out = kernel(*args, **kwargs)
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            pairs = [(o, g) for o, g in zip(outs, grads) if isinstance(o, torch.Tensor) and o.requires_grad]
+            found: tuple[torch.Tensor | None, ...] = (None,) * len(leaves)
+            if pairs and leaves:
+                found = torch.autograd.grad([o for o, _ in pairs], leaves, [g for _, g in pairs], allow_unused=True)
+        return [g if g is not None else torch.zeros_like(t) for g, t in zip(found, leaves)]
+
+    return eager_backward
+
+
+def _fake_backward(record: OpRecord) -> Callable[..., Any]:
+    def fake(*args: Any, **kwargs: Any) -> list[torch.Tensor]:
+        kwargs.pop(_GRADS)
+        needs = kwargs.pop(_NEEDS)
+        return [torch.empty_like(t) for t, n in zip(_tensors(record, args, kwargs), needs) if n]
+
+    return fake
+
+
+def check_differentiable(where: str, out: Any) -> None:
+    """Raise if grad was needed but no floating output of the kernel requires it."""
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    floating = [o for o in outs if isinstance(o, torch.Tensor) and (o.is_floating_point() or o.is_complex())]
+    if floating and not any(o.requires_grad for o in floating):
+        raise RuntimeError(
+            f"{where}: eager_autograd differentiates through the kernel, but its output does not require grad "
+            "although an input does: the kernel is not made of differentiable torch ops (NumPy, .detach(), "
+            "torch.no_grad(), .data?). Write setup_context and backward instead."
+        )
+
+
+def direct_entry(record: OpRecord) -> Callable[..., Any]:
+    """The op as its kernel, called with autograd on (torch.func transforms, dual tensors)."""
+
+    def eager_entry(*args: Any, **kwargs: Any) -> Any:
+        # A vmap level on top batches the opaque op (its vmap hook or torch's per-sample
+        # fallback), so data-dependent kernels still work; grad/jvp levels see the kernel.
+        found = _kernel_for(record, args, kwargs) if top_level_differentiates() else None
+        if found is None:
+            return record.op(*args, **kwargs)  # type: ignore[misc]
+        return found.user(*args, **kwargs)
+
+    return eager_entry
+
+
+def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
+    """The Autograd kernel of an eager-autograd op.
+
+    Grad needed, no TorchDispatchMode: run the kernel with autograd on. Grad needed under a mode
+    (tracing): apply the Function, whose forward stays opaque and whose backward is the backward op.
+    No grad: the backend kernel, as for any op.
+    """
+    plain = plain_keysets(record)
+    fresh, single, finish = output_is_fresh(), record.outputs.single, record.outputs.finish
+    modes = _C._len_torch_dispatch_stack
+    op = record.op
+    assert op is not None
+
+    def eager_autograd_kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        grad = _C.is_grad_enabled() and _C._any_requires_grad(*args, **kwargs)
+        if grad or _forward_ad._current_level >= 0:
+            found = _kernel_for(record, args, kwargs) if not modes() else None
+            if found is not None:
+                where = found.where
+                out = found.user(*args, **kwargs)
+                if not (single and fresh(out)):
+                    out = finish(where, args, kwargs, out)
+                if grad:
+                    check_differentiable(where, out)
+                return out
+            if grad:
+                call_keyset = None if _C._are_functorch_transforms_active() else keyset
+                # Under a mode only (tracing): the Function is created on first need.
+                return functions(record).generic.apply(*args, *kwargs.values(), Call(call_keyset, len(args), tuple(kwargs)))
+        backend = plain.get(keyset.raw_repr())
+        if backend is not None:
+            return backend(*args, **kwargs)
+        with _C._AutoDispatchBelowAutograd():
+            return op.redispatch(keyset & AFTER_AUTOGRAD, *args, **kwargs)
+
+    return eager_autograd_kernel

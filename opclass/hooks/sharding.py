@@ -1,0 +1,337 @@
+"""The ``sharding`` hook: an op's DTensor sharding strategies, through ``register_sharding``.
+
+The user writes ``sharding(x, factor)`` with the op's parameters. DTensor calls it with every
+Tensor argument replaced by its ``DTensorSpec`` (``.placements``, ``.shape``, ``.ndim``...) and
+gets back the acceptable ``(output placements, input placements)`` pairs for one mesh dimension;
+DTensor picks the pair that needs the cheapest redistribution of the inputs, redistributes them,
+runs the op's own kernels on the local shards, and wraps the results.
+
+opclass registers a wrapper of the user's function with
+``torch.distributed.tensor.experimental.register_sharding``, which:
+
+* passes every argument, defaults included (the dispatcher leaves out arguments equal to their
+  default), positional ones positionally and keyword-only ones by keyword, as the op's kernels
+  get them;
+* checks the returned pairs: one placement per output, one per argument (``None`` for
+  non-Tensors, one per element for a list of Tensors), so that a mistake is an error naming the
+  op rather than a failure deep inside DTensor;
+* *pins* the arguments DTensor must not redistribute: those the op mutates (DTensor would write
+  into a redistributed copy) and keyword-only Tensors (DTensor never redistributes keyword
+  arguments, whatever the chosen strategy says). Strategies that would move them are dropped; if
+  none is left the call fails with an error saying so. Keyword-only Tensors are also made part of
+  DTensor's sharding cache key, which otherwise ignores them.
+
+Importing ``torch.distributed.tensor`` costs about half a second (it imports sympy; it does not
+import ``torch._dynamo``), so defining an op does not import it. The strategy is registered at
+once if DTensor is already imported, and otherwise right after ``torch.distributed.tensor`` is
+imported (:mod:`opclass.core.after_import`); no DTensor can reach the op before that. Without ``torch.distributed``
+(``torch.distributed.is_available()`` is False) there is no DTensor, and the hook installs
+nothing.
+
+Removing or redefining the op takes the strategy out of DTensor's sharding propagator
+(``op_strategy_funcs``, ``op_to_schema_info``) and clears the propagator's caches, which hold the
+old op.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+import threading
+import warnings
+from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
+
+import torch
+
+from opclass.core import after_import, memo
+from opclass.core.compat import dtensor_refused_out, tagged_inplace, tagged_out
+from opclass.define.hookspec import Hook, HookContext, positional_count
+from opclass.install.record import OpRecord
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor._op_schema import OpSchema, StrategyType
+
+__all__ = ["sharding_hook"]
+
+_DTENSOR = "torch.distributed.tensor"
+_EXPERIMENTAL = "torch.distributed.tensor.experimental"
+#: Guards _PENDING and _REGISTERED. Never held while
+#: importing (see _install_sharding).
+_LOCK = threading.Lock()
+#: Ops defined before DTensor was imported, with the user's function: registered when it is.
+_PENDING: dict[OpRecord, Callable[..., Any]] = {}
+#: What each record put into DTensor's propagator: the op and the strategy function under it.
+_REGISTERED: dict[OpRecord, tuple[torch._ops.OpOverload, Callable[..., Any]]] = {}
+
+
+# --------------------------------------------------------------------------- check
+
+
+def _check_sharding(fn: Any, ctx: HookContext) -> None:
+    args = ctx.schema.arguments
+    positional = [a.name for a in args if not a.kwarg_only]
+    keyword = [a.name for a in args if a.kwarg_only]
+    params = ", ".join(positional + (["*", *keyword] if keyword else []))
+    fix = f"write sharding({params}) returning [(output placements, input placements), ...]"
+    n = positional_count(fn)
+    if n is not None and n != len(positional):
+        ctx.fail(f"takes {n} positional parameters, but the op has {len(positional)}", fix)
+    if keyword:
+        try:
+            sig = memo.signature(fn).parameters
+        except (TypeError, ValueError):
+            sig = None
+        if sig is not None and not any(p.kind is p.VAR_KEYWORD for p in sig.values()):
+            missing = [k for k in keyword if k not in sig or sig[k].kind is not inspect.Parameter.KEYWORD_ONLY]
+            if missing:
+                ctx.fail(f"does not take the op's keyword-only argument(s) {', '.join(missing)} as keyword-only parameters", fix)
+    returns_tensor = any("Tensor" in str(r.type) for r in ctx.schema.returns)
+    generated_fake = tagged_inplace(ctx.tags) or tagged_out(ctx.tags)
+    if returns_tensor and not generated_fake and "abstract" not in ctx.defined:
+        ctx.fail(
+            "DTensor computes the output shapes with the op's fake kernel, and the op has none",
+            f"define abstract({params}) returning empty outputs of the right shape",
+        )
+
+
+# --------------------------------------------------------------------------- what DTensor calls
+
+
+def _describe(record: OpRecord) -> str:
+    return f"{record.qualname} ({record.cls_name}.sharding)"
+
+
+def _wrap_user_fn(record: OpRecord, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The function given to register_sharding: every argument in, checked placement lists out."""
+    from torch.distributed.tensor.placement_types import Placement
+
+    arguments = list(record.schema.arguments)
+    positional = [a for a in arguments if not a.kwarg_only]
+    keyword = [a for a in arguments if a.kwarg_only]
+    n_outputs = len(record.schema.returns)
+    names = ", ".join(a.name for a in arguments)
+    where = _describe(record)
+
+    params = record.signature.parameters
+
+    def default(arg: torch._C.Argument) -> Any:
+        # The Python default, as the kernels get it (the schema has e.g. 7 for torch.float64).
+        param = params.get(arg.name)
+        if param is not None and param.default is not param.empty:
+            return param.default
+        return arg.default_value if arg.has_default_value() else None
+
+    tensor_lists = {a.name for a in arguments if str(a.type).removeprefix("Optional[").startswith(("List[Tensor", "List[Optional[Tensor"))}
+
+    def width(name: str, value: Any) -> int:
+        # A list of Tensors arrives as a tuple of specs and takes one placement per element.
+        return len(value) if name in tensor_lists and isinstance(value, (list, tuple)) else 1
+
+    def sharding(*args: Any, **kwargs: Any) -> list[tuple[list[Any], list[Any]]]:
+        # The dispatcher leaves out trailing arguments that equal their defaults: put them back.
+        full = list(args) + [default(a) for a in positional[len(args):]]
+        kw = {a.name: kwargs[a.name] if a.name in kwargs else default(a) for a in keyword}
+        expected = sum(width(a.name, v) for a, v in zip(positional, full)) + sum(width(k, v) for k, v in kw.items())
+        result = fn(*full, **kw)
+        if isinstance(result, (str, bytes)) or not isinstance(result, Sequence) or not result:
+            raise TypeError(f"{where} returned {result!r}; return a non-empty list of (output placements, input placements) pairs")
+        pairs: list[tuple[list[Any], list[Any]]] = []
+        for i, pair in enumerate(result):
+            if isinstance(pair, (str, bytes)) or not isinstance(pair, Sequence) or len(pair) != 2:
+                raise TypeError(f"{where}: entry {i} is {pair!r}, not an (output placements, input placements) pair")
+            outputs, inputs = pair
+            if not isinstance(outputs, Sequence) or len(outputs) != n_outputs:
+                raise TypeError(f"{where}: entry {i} gives output placements {outputs!r}, but the op has {n_outputs} output(s); give a list with one placement per output")
+            if not isinstance(inputs, Sequence) or len(inputs) != expected:
+                raise TypeError(
+                    f"{where}: entry {i} gives input placements {inputs!r}, but this call has {expected} input(s) ({names}); give a list "
+                    "with one placement per argument (None for a non-Tensor, one per element for a list of Tensors)"
+                )
+            for p in (*outputs, *inputs):
+                if p is not None and not isinstance(p, Placement):
+                    raise TypeError(f"{where}: entry {i}: {p!r} is not a placement (Shard(dim), Replicate(), Partial()) or None")
+            pairs.append((list(outputs), list(inputs)))
+        return pairs
+
+    sharding.__name__ = "sharding"
+    sharding.__qualname__ = f"{record.cls_name}.sharding"
+    return sharding
+
+
+def _keyword_tensors(record: OpRecord) -> list[str]:
+    return [a.name for a in record.schema.arguments if a.kwarg_only and "Tensor" in str(a.type)]
+
+
+def _pinned(record: OpRecord) -> frozenset[str]:
+    """Arguments DTensor must not redistribute: the mutated ones and keyword-only Tensors."""
+    return frozenset(record.mutated_names) | frozenset(_keyword_tensors(record))
+
+
+def _keep_placements(record: OpRecord, registered: Callable[[OpSchema], StrategyType]) -> Callable[[OpSchema], StrategyType]:
+    """``registered``, without the strategies that would redistribute a pinned argument."""
+    from torch.distributed.tensor._op_schema import OpStrategy
+    from torch.utils._pytree import tree_leaves
+
+    pinned = _pinned(record)
+    positional = [a.name for a in record.schema.arguments if not a.kwarg_only]
+    inplace = record.is_inplace
+    qualname = record.qualname
+    # out= arguments as DTensor sees them (keyword-only, written to): torch 2.14+ pins them itself.
+    outs = {a.name for a in record.schema.arguments if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write}
+
+    def strategy(op_schema: OpSchema) -> StrategyType:
+        # DTensor inputs in the order the strategies list them: positional, then keyword.
+        named = [(positional[i], arg) for i, arg in enumerate(op_schema.args_schema)] + list(op_schema.kwargs_schema.items())
+        inputs = [(name, leaf) for name, arg in named for leaf in tree_leaves(arg) if isinstance(leaf, OpStrategy)]
+        current = [leaf.strategies[0].output_spec.placements for _, leaf in inputs]
+        checked = [i for i, (name, _) in enumerate(inputs) if name in pinned]
+
+        def refuse(names: Collection[str] = pinned) -> RuntimeError:
+            placed = ", ".join(f"{name} {tuple(current[i])}" for i, (name, _) in enumerate(inputs) if name in names) or f"{inputs[0][0]} {tuple(current[0])}"
+            return RuntimeError(
+                f"{qualname}: no sharding strategy keeps the placement of {placed}. DTensor cannot redistribute an argument the op "
+                "writes to, nor a keyword-only Tensor: add a strategy that keeps that placement, or redistribute the argument before the call"
+            )
+
+        try:
+            result = registered(op_schema)
+        except RuntimeError as e:
+            if dtensor_refused_out(e) and any(name in outs for name, _ in inputs):
+                raise refuse(outs) from e
+            raise
+        if not isinstance(result, OpStrategy):
+            return result
+        kept = [
+            spec
+            for spec in result.strategies
+            if spec.input_specs is not None
+            and all(spec.input_specs[i].placements == current[i] for i in checked)
+            # An in-place op returns its first argument: the output is placed like it.
+            and not (inplace and current and spec.output_spec.placements != current[0])
+        ]
+        if not kept:
+            raise refuse()
+        return OpStrategy(kept)
+
+    return strategy
+
+
+# --------------------------------------------------------------------------- registration
+
+
+def _propagator() -> Any:
+    from torch.distributed.tensor import DTensor
+
+    return DTensor._op_dispatcher.sharding_propagator
+
+
+def _register(record: OpRecord, fn: Callable[..., Any]) -> None:
+    """Put the strategy into DTensor's propagator (``_LOCK`` held, DTensor imported)."""
+    from torch.distributed.tensor._op_schema import RuntimeSchemaInfo
+    from torch.distributed.tensor.experimental import register_sharding
+
+    op = record.op
+    if op is None:
+        return
+    register_sharding(op)(_wrap_user_fn(record, fn))
+    propagator = _propagator()
+    strategy = propagator.op_strategy_funcs[op]
+    if _pinned(record) or record.is_inplace:
+        strategy = propagator.op_strategy_funcs[op] = _keep_placements(record, strategy)
+    keyword_tensors = _keyword_tensors(record)
+    if keyword_tensors:
+        # DTensor's cache keys on positional specs only: without this, a call with a keyword
+        # Tensor placed differently would reuse the earlier call's decision.
+        info = propagator.op_to_schema_info[op]
+        propagator.op_to_schema_info[op] = RuntimeSchemaInfo(info.static_argnum, [*(info.static_kwargkey or ()), *keyword_tensors], info.needs_pytree)
+    _REGISTERED[record] = (op, strategy)
+
+
+def _clear_caches(propagator: Any) -> None:
+    """Forget cached sharding decisions: they hold the ops they were made for."""
+    propagator.propagate_op_sharding.cache_clear()  # this thread's (the cache is thread-local)
+    type(propagator)._propagate_tensor_meta_cached.cache_clear()
+    clear_native = getattr(torch._C, "_clear_DTensor_sharding_propagator_cache", None)
+    if clear_native is not None:
+        clear_native()
+
+
+def _import_dtensor() -> None:
+    """Import DTensor's registration API; never with ``_LOCK`` held.
+
+    The package first: if another thread is still importing it, this waits for that import to
+    finish (importing a submodule alone would not wait, and would race the other thread through
+    torch's circular imports).
+    """
+    importlib.import_module(_DTENSOR)
+    importlib.import_module(_EXPERIMENTAL)
+
+
+def _flush() -> None:
+    """Register every pending strategy: ``torch.distributed.tensor`` was just imported."""
+    _import_dtensor()
+    with _LOCK:
+        after_import.cancel(_DTENSOR, _flush)
+        pending = list(_PENDING.items())
+        _PENDING.clear()
+        for record, fn in pending:
+            try:
+                _register(record, fn)
+            except Exception as e:  # one bad op must not keep the others out
+                warnings.warn(f"opclass: could not register the sharding strategy of {_describe(record)}: {e}", RuntimeWarning, stacklevel=2)
+
+
+def _install_sharding(record: OpRecord, fn: Callable[..., Any]) -> None:
+    if not torch.distributed.is_available():
+        return  # no DTensor in this build of torch: nothing can ever ask for the strategy
+    with _LOCK:
+        # In sys.modules but still importing (another thread): the import below waits for it.
+        if _DTENSOR not in sys.modules:
+            _PENDING[record] = fn
+            after_import.call_after_import(_DTENSOR, _flush)
+            return
+    # Outside the lock: if another thread is still importing DTensor this waits for it, and
+    # that thread's _flush needs the lock.
+    _import_dtensor()
+    with _LOCK:
+        _register(record, fn)
+    if _PENDING:  # DTensor came in without the watcher seeing it (imported by another thread meanwhile)
+        _flush()
+
+
+def _uninstall_sharding(record: OpRecord, fn: Callable[..., Any]) -> None:
+    with _LOCK:
+        _PENDING.pop(record, None)
+        if not _PENDING:
+            after_import.cancel(_DTENSOR, _flush)
+        entry = _REGISTERED.pop(record, None)
+        if entry is None:
+            return
+        op, strategy = entry
+        propagator = _propagator()
+        if propagator.op_strategy_funcs.get(op) is strategy:
+            del propagator.op_strategy_funcs[op]
+            propagator.op_to_schema_info.pop(op, None)
+        _clear_caches(propagator)
+
+
+def sharding_hook() -> Hook:
+    """The ``sharding`` hook: DTensor sharding strategies, registered with ``register_sharding``.
+
+    ``sharding`` takes the op's parameters (Tensors arrive as DTensor's spec objects) and returns
+    ``[(output placements, input placements), ...]``. See the DTensor guide page.
+
+    Example:
+        >>> import opclass
+        >>> hook = opclass.hooks()["sharding"]
+        >>> hook.staticmethod and not hook.kernel
+        True
+    """
+    return Hook(
+        "sharding",
+        _install_sharding,
+        check=_check_sharding,
+        uninstall=_uninstall_sharding,
+        doc="DTensor sharding strategies: (op args as specs) -> [(output placements, input placements), ...]",
+    )

@@ -1,0 +1,235 @@
+"""Traceable kernels: ``traceable = True`` lets torch.compile trace into an op's kernels.
+
+An op is one opaque node for torch.compile and torch.export. For a kernel that launches Triton
+kernels through ``torch.library.wrap_triton``, that hides the launches from inductor, which could
+otherwise fuse, autotune and schedule them. ``torch.library.triton_op`` solves this for functions;
+this hook does the same for op classes, by the same mechanism:
+
+* a rule for ``FunctionalTensorMode`` (registered like a ``torch_dispatch`` hook rule): when
+  AOTAutograd functionalizes a graph, the call runs the kernel under the mode, so the graph gets
+  its torch ops and the ``triton_kernel_wrapper_functional`` nodes ``wrap_triton`` emits.
+  torch.export keeps the op (``decompose_custom_triton_ops`` is off there), as for triton_op;
+* the kernels the dispatcher and the fast path call run with ``wrap_triton`` switched off, so an
+  eager launch goes straight to Triton instead of through the higher-order op. They are
+  re-registered at their own keys and replace the device hooks' kernels in ``record.kernels``,
+  so the call plan keeps its fast path (a Python mode rule is no dispatch key a plain call reaches);
+* without ``abstract``, the traced kernel is also the fake kernel (it is traceable by contract);
+* AOTAutograd's cache finds the Triton kernels the op launches (torch's own source scan, run the
+  first time a cache key needs it), so editing a kernel invalidates cached graphs that call it.
+
+A class attribute rather than a class keyword: it is inherited like every hook, validated with
+the schema known, and lives in this module instead of the class builder. A value rather than a
+separate ``triton`` kernel hook: the kernel stays ``cuda`` (or ``default``), so errors name it
+as usual and a kernel becomes traceable by adding one line. ``traceable = ("cuda",)`` traces only
+the kernels that serve those device types, e.g. when the CPU kernel calls NumPy.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import functools
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import _C
+from torch._library import triton as _torch_triton
+from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+
+from opclass.core.shield import shield
+from opclass.define.hookspec import Hook, HookContext
+from opclass.hooks.kernels import install_kernel
+from opclass.install.core import register_fake
+from opclass.install.record import Kernel, OpRecord
+
+__all__ = ["traceable_hook"]
+
+_HOOK = "traceable"
+# torch's own switch (triton_op's kernels flip it the same way); a thread-local, read per launch.
+_WRAP = _torch_triton.wrap_triton_enabled
+
+
+def _check(value: Any, ctx: HookContext) -> None:
+    if type(value) is bool:
+        devices: tuple[str, ...] = ()
+    elif isinstance(value, (tuple, list, set, frozenset)) and value and all(isinstance(d, str) for d in value):
+        devices = tuple(value)
+    else:
+        ctx.fail(f"must be True, False or device types like ('cuda',), got {value!r}", "write traceable = True")
+        return
+    if value is False:
+        return
+    for device in devices:
+        try:
+            _C._dispatch_key_for_device(device)
+        except RuntimeError:
+            ctx.fail(f"{device!r} is not a torch device type", "use e.g. 'cuda' or 'cpu'")
+        if device not in ctx.defined and "default" not in ctx.defined:
+            ctx.fail(
+                f"traces the {device} kernel, but the class has none",
+                f"define {ctx.cls_name}.{device} or {ctx.cls_name}.default, or drop {device!r}",
+            )
+    if ctx.defined.get("eager_autograd") is True:
+        ctx.fail(
+            "torch.compile would trace into the kernel, and eager_autograd keeps it one opaque op there",
+            "keep either traceable or eager_autograd = True",
+        )
+    rules = ctx.defined.get("torch_dispatch")
+    if isinstance(rules, collections.abc.Mapping) and FunctionalTensorMode in rules:
+        ctx.fail(
+            "traces the kernel through a FunctionalTensorMode rule, and torch_dispatch has one too",
+            "drop the FunctionalTensorMode entry of torch_dispatch, or traceable",
+        )
+
+
+def _traced(record: OpRecord, value: Any) -> tuple[dict[str | None, Kernel], dict[str, Callable[..., Any]]]:
+    """The kernels to trace, by ``record.kernels`` key, and the user's function per device type
+    (``""``: the ``default`` kernel, for device types without a kernel of their own)."""
+    if value is True:
+        kernels = dict(record.kernels)
+        return kernels, {device or "": record.hooks[k.hook] for device, k in kernels.items()}
+    kernels, by_device = {}, {}
+    for device in value:
+        key = device if device in record.kernels else None
+        kernels[key] = record.kernels[key]
+        by_device[device] = record.hooks[kernels[key].hook]
+    return kernels, by_device
+
+
+def eager_kernel(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` run with ``wrap_triton`` off: eager launches skip the higher-order op (as triton_op's do)."""
+
+    @functools.wraps(fn)
+    def eager(*args: Any, **kwargs: Any) -> Any:
+        before = getattr(_WRAP, "value", _torch_triton.wrap_triton_enabled_default)
+        _WRAP.value = False
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _WRAP.value = before
+
+    return shield(eager)
+
+
+def _device_type(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """The device type a call runs on: its first Tensor's, else its ``torch.device`` argument's."""
+    device = None
+    for value in torch.utils._pytree.tree_leaves((args, kwargs)):
+        if isinstance(value, torch.Tensor):
+            return value.device.type
+        if device is None and isinstance(value, torch.device):
+            device = value.type
+    return device
+
+
+def _decomposition_rule(traced: dict[str, Callable[..., Any]]) -> Callable[..., Any]:
+    """The FunctionalTensorMode rule: run the traced kernel under the mode (torch's triton_op
+    ``functional_decomp``), or keep the op as one node for untraced devices and torch.export."""
+    default = traced.get("")
+
+    def functional_decomposition(mode: Any, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        from torch.export._trace import custom_triton_ops_decomposition_disabled
+
+        if custom_triton_ops_decomposition_disabled():
+            return mode.__torch_dispatch__(func, types, args, kwargs)
+        if any(t not in (torch.Tensor, FunctionalTensor) and not issubclass(t, torch._subclasses.FakeTensor) for t in types):
+            return NotImplemented  # another Tensor subclass: its own __torch_dispatch__ goes first
+        device = _device_type(args, kwargs)
+        fn = traced.get(device, default) if device is not None else default
+        if fn is None:
+            return mode.__torch_dispatch__(func, types, args, kwargs)
+        with mode:
+            return fn(*args, **kwargs)
+
+    return functional_decomposition
+
+
+def _fake_kernel(record: OpRecord, traced: dict[str, Callable[..., Any]]) -> Callable[..., Any]:
+    default = traced.get("")
+
+    def traced_fake(*args: Any, **kwargs: Any) -> Any:
+        device = _device_type(args, kwargs)
+        fn = traced.get(device, default) if device is not None else default
+        if fn is None:
+            raise RuntimeError(
+                f"{record.qualname} has no fake kernel for {device} tensors, which torch.compile, torch.export and FakeTensor need: "
+                f"its {device} kernel is not traceable; define {record.cls_name}.abstract (same arguments; build outputs with torch.empty_like etc.)"
+            )
+        return fn(*args, **kwargs)
+
+    return traced_fake
+
+
+def _install(record: OpRecord, value: Any) -> None:
+    if value is False:
+        return
+    traced_kernels, by_device = _traced(record, value)
+    for device, kernel in traced_kernels.items():
+        # Replaces the kernel hook's at its own key: the plan keeps its fast path.
+        install_kernel(record, kernel.hook, device, eager_kernel(record.hooks[kernel.hook]))
+    torch.library.register_torch_dispatch(record.qualname, FunctionalTensorMode, _decomposition_rule(by_device), lib=record.lib)
+    if record.fake is None and record.schema.returns and not (record.is_inplace or record.is_out):
+        register_fake(record, _fake_kernel(record, by_device))
+    _inner_kernels(record).add(record, list(by_device.values()))
+
+
+# --------------------------------------------------------------------------- AOTAutograd's cache key
+
+
+class _InnerKernels:
+    """``triton_ops_to_kernels[ns::name]``: AOTAutogradCache iterates it when it keys a graph that
+    calls the op, to hash the Triton kernels' sources. The scan (``get_inner_triton_kernels``,
+    which imports triton and inductor) runs then, never at op definition."""
+
+    def __init__(self) -> None:
+        #: Overload qualname -> (the install, its traced kernels).
+        self.kernels: dict[str, tuple[OpRecord, list[Callable[..., Any]]]] = {}
+
+    def add(self, record: OpRecord, fns: list[Callable[..., Any]]) -> None:
+        self.kernels[record.qualname] = (record, fns)
+
+    def __iter__(self) -> Iterator[object]:
+        found: list[object] = []
+        for _, fns in list(self.kernels.values()):
+            for fn in fns:
+                found.extend(k for k in _torch_triton.get_inner_triton_kernels(fn) if not any(k is f for f in found))
+        return iter(found)
+
+
+def _table_key(record: OpRecord) -> str:
+    return f"{record.namespace}::{record.name}"  # what the cache asks: OpOverload._name
+
+
+def _inner_kernels(record: OpRecord) -> _InnerKernels:
+    table: dict[str, Any] = _torch_triton.triton_ops_to_kernels
+    entry = table.get(_table_key(record))
+    if not isinstance(entry, _InnerKernels):
+        entry = table[_table_key(record)] = _InnerKernels()
+    return entry
+
+
+def _uninstall(record: OpRecord, value: Any) -> None:
+    table: dict[str, Any] = _torch_triton.triton_ops_to_kernels
+    entry = table.get(_table_key(record))
+    if isinstance(entry, _InnerKernels):
+        if entry.kernels.get(record.qualname, (None,))[0] is record:
+            del entry.kernels[record.qualname]
+        if not entry.kernels:
+            del table[_table_key(record)]
+
+
+def traceable_hook() -> Hook:
+    """The ``traceable`` hook: torch.compile traces into the op's kernels (see the module docstring).
+
+    Example:
+        >>> import opclass
+        >>> opclass.hooks()["traceable"].staticmethod
+        False
+    """
+    return Hook(
+        _HOOK,
+        _install,
+        check=_check,
+        staticmethod=False,
+        uninstall=_uninstall,
+        doc="True or device types: torch.compile traces into the kernel (torch ops, wrap_triton launches); eager stays one fast call",
+    )

@@ -1,0 +1,276 @@
+"""The kernels opclass registers for every op, whatever hooks it defines: Autograd,
+ADInplaceOrView (mutable ops), BackendSelect (no Tensor inputs), and the fake kernel of an op
+whose class gives none.
+
+An op defined elsewhere (``existing=True``) gets only what is right for a foreign op: the
+Autograd kernel when the class gives a formula (as ``torch.library.register_autograd``), and
+BackendSelect when the class's own device kernels need one to be reached.
+
+Example:
+    >>> import torch, opclass
+    >>> class DocsCoreFill(opclass.CustomOp, name="docs_core::fill", mutates_args=("x",)):
+    ...     @staticmethod
+    ...     def default(x: torch.Tensor) -> None:
+    ...         x.fill_(1)
+    >>> {"ADInplaceOrView", "Autograd"} <= {r.key for r in DocsCoreFill.record.lib.registrations if r.hook is None}
+    True
+    >>> opclass.remove(DocsCoreFill)
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import torch
+import torch.autograd.forward_ad as _forward_ad
+from torch import _C
+from torch.fx.node import _side_effectful_functions
+
+from opclass.core import native
+from opclass.core.types import CPU, CUDA, FAST_DEVICES, GRAD, arg_type, tensors_in
+from opclass.install.functions import AFTER_AUTOGRAD, Call, functions, functorch_entry
+from opclass.install.outputs import output_is_fresh
+
+if TYPE_CHECKING:
+    from opclass.install.record import OpRecord
+
+_ADIV = _C.DispatchKey.ADInplaceOrView
+_AFTER_AD_INPLACE = _C._after_ADInplaceOrView_keyset
+
+
+def register_core(record: OpRecord) -> None:
+    """Register the core kernels (after the hooks' installers and the call plan)."""
+    lib, name, schema = record.lib, record.overload_name(), record.schema
+    if record.functorch_entry is None:
+        record.functorch_entry = functorch_entry(record)
+    if not record.existing or record.backward is not None:
+        lib.impl(name, (record.autograd_kernel or make_autograd_kernel)(record), "Autograd", with_keyset=True)
+    if record.mutated and not record.existing:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Warning only once for all operators")
+            lib.impl(name, _version_bump_kernel(record), "ADInplaceOrView", with_keyset=True)
+    if not schema.returns and not record.mutated and not record.existing:
+        # Only its side effect makes such an op useful: keep compilers from dropping it.
+        _side_effectful_functions.add(record.op)  # type: ignore[arg-type]
+    index = next((i for i, a in enumerate(schema.arguments) if str(a.type) == "Device"), None)
+    needs_select = not record.existing or (any(k is not None for k in record.kernels) and not _C._dispatch_has_kernel_for_dispatch_key(record.qualname, "BackendSelect"))
+    if index is not None and needs_select and not any("Tensor" in str(a.type) for a in schema.arguments):
+        lib.impl(name, _backend_select_kernel(record, index), "BackendSelect", with_keyset=True)
+
+
+def register_fake(record: OpRecord, fn: Callable[..., Any]) -> None:
+    """``fn`` as the op's fake kernel; a multi-output op's result is counted first (the
+    dispatcher would crash the process on a wrong count, not raise)."""
+    n_returns = len(record.schema.returns)
+    record.fake = kernel = fn
+    if n_returns > 1:
+        where = record.where("abstract")
+
+        def checked_fake(*args: Any, **kwargs: Any) -> Any:
+            result = kernel(*args, **kwargs)
+            if type(result) not in (tuple, list):
+                raise RuntimeError(f"{where}: the kernel returned {type(result).__name__}, but the op's schema declares {n_returns} outputs")
+            if len(result) != n_returns:
+                raise RuntimeError(f"{where}: the kernel returned {len(result)} values, but the op's schema declares {n_returns} outputs")
+            return result
+
+        fn = checked_fake
+    record.lib._register_fake(record.overload_name(), fn, _stacklevel=1)
+
+
+def register_default_fake(record: OpRecord) -> None:
+    """The fake kernel of an op whose class gives none: generated where torch generates one
+    (in-place, out=, no outputs), else ``default`` run on the fake tensors, else an error that
+    says to define ``abstract``.
+
+    A ``default`` kernel made of torch ops computes its outputs' metadata just as well on
+    FakeTensors (as a ``CompositeExplicitAutograd`` kernel serves Meta); one that cannot (NumPy,
+    reading values, data-dependent shapes) gets the error an op without a fake kernel gets."""
+    message = (
+        f"{record.qualname} has no fake kernel, which torch.compile, torch.export and FakeTensor need: "
+        f"define {record.cls_name}.abstract (same arguments; build outputs with torch.empty_like etc.)"
+    )
+    default = record.kernels.get(None)
+    outs = record.outputs.outs
+    fake: Callable[..., Any]
+    if record.is_inplace:
+        fake = lambda *args, **kwargs: args[0]  # noqa: E731
+    elif record.is_out:
+        fake = lambda *args, **kwargs: kwargs[outs[0]] if len(outs) == 1 else tuple(kwargs[n] for n in outs)  # noqa: E731
+    elif not record.schema.returns:
+        fake = lambda *args, **kwargs: None  # noqa: E731
+    elif default is not None:
+        kernel, cls_name = default.checked, record.cls_name
+
+        def fake(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return kernel(*args, **kwargs)
+            except Exception as e:
+                if not _needs_real_data(e):
+                    raise  # the kernel's own error (a bad argument...), as in eager mode
+                first = (str(e).strip().splitlines() or [""])[0]
+                raise RuntimeError(f"{message}. {cls_name}.default cannot run on fake tensors: {type(e).__name__}: {first}") from e
+
+    else:
+
+        def fake(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError(message)
+
+    register_fake(record, fake)
+
+
+def _needs_real_data(e: BaseException) -> bool:
+    """The error says the kernel needs values or storage that fake tensors do not have."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, UnsupportedOperatorException
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    if isinstance(e, (DataDependentOutputException, DynamicOutputShapeException, UnsupportedOperatorException, GuardOnDataDependentSymNode)):
+        return True
+    # .numpy() (NumPy, np.asarray), data pointers and storage of fake/meta tensors; a torch op or
+    # C++ kernel with no Meta kernel.
+    text = str(e)
+    return isinstance(e, (RuntimeError, NotImplementedError, TypeError)) and any(
+        s in text for s in (".numpy()", "data pointer", "storage", "'Meta' backend", "meta tensor", "Meta tensor", "FakeTensor")
+    )
+
+
+# --------------------------------------------------------------------------- Autograd
+
+
+def plain_keysets(record: OpRecord) -> dict[int, Callable[..., Any]]:
+    """Raw keysets at the Autograd key that mean "plain dense tensors on one device", and the
+    backend kernel that the dispatcher would reach from there (nothing else runs in between)."""
+    assert record.plan is not None
+    return {raw: kernel.checked for device_type, kernel in record.plan.kernels.items() for raw in _PLAIN_RAW[device_type]}
+
+
+def _plain_raw(device_type: str) -> tuple[int, int]:
+    key = getattr(_C.DispatchKey, FAST_DEVICES[device_type])
+    keyset = _C.DispatchKeySet(key).add(getattr(_C.DispatchKey, "Autograd" + key.name))
+    return keyset.raw_repr(), keyset.add(_C.DispatchKey.ADInplaceOrView).raw_repr()
+
+
+_PLAIN_RAW = {device_type: _plain_raw(device_type) for device_type in FAST_DEVICES}
+
+
+def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
+    """The kernel registered at the Autograd key: apply the Function only when grad is needed.
+
+    Without grad, plain dense tensors go straight to the backend kernel instead of crossing back
+    into the dispatcher; anything else (modes, Python keys, other layouts) is redispatched.
+    """
+    assert record.plan is not None
+    is_out, functional, opname, op = record.is_out, not record.mutated, record.name, record.op
+    plain = plain_keysets(record)
+    # Tuples: an empty one is shared, and none of them is a container the collector tracks.
+    bump_positions = tuple(i for i in record.mutated if not record.schema.arguments[i].kwarg_only)
+    bump_names = tuple(record.schema.arguments[i].name for i in record.mutated if record.schema.arguments[i].kwarg_only)
+    module = native.native_module()
+    guard = module.guard if module is not None else None
+    specs = _guard_specs(record)
+    # The native guard's code per device, and that device's kernel.
+    codes = {code: k for code, k in ((CPU, record.plan.kernels.get("cpu")), (CUDA, record.plan.kernels.get("cuda"))) if k is not None}
+    fresh, single, finish = output_is_fresh(), record.outputs.single, record.outputs.finish
+    # _any_requires_grad does not look into lists holding None; the guards do.
+    optional_lists = tuple(i for i, a in enumerate(record.schema.arguments) if str(a.real_type) == "List[Optional[Tensor]]" and not a.kwarg_only)
+
+    def apply(*args: Any) -> Any:
+        return functions(record).generic.apply(*args)
+
+    def autograd_kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        if guard is not None and not kwargs:
+            # One native call answers "plain dense tensors, one device, grad needed?".
+            code = guard(specs[len(args)], *args)
+            k = codes.get(code)
+            if k is not None:
+                out = k.user(*args)
+                if not (single and fresh(out)):
+                    out = finish(k.where, args, kwargs, out)  # before the bump, as the dispatcher does
+                if bump_positions and not _C._dispatch_tls_is_dispatch_key_excluded(_ADIV):
+                    bump_mutated(args, kwargs, bump_positions, bump_names)
+                return out
+            if code & GRAD and functional:
+                return apply(*args, Call(keyset, len(args), ()))
+        if _C.is_grad_enabled() and (
+            _C._any_requires_grad(*args, **kwargs) or (optional_lists and _optional_list_requires_grad(args, optional_lists))
+        ):
+            if is_out:
+                raise RuntimeError(f"{opname}(): functions with out=... arguments don't support automatic differentiation, but one of the arguments requires grad.")
+            if not functional:
+                check_mutation(record, args, kwargs, bump_positions, bump_names)
+            # Under torch.func transforms the Function's forward dispatches the op afresh.
+            call_keyset = None if _C._are_functorch_transforms_active() else keyset
+            return apply(*args, *kwargs.values(), Call(call_keyset, len(args), tuple(kwargs)))
+        if functional and _forward_ad._current_level >= 0:
+            # Dual tensors need not require grad: let the Function give tangents (or say it cannot).
+            return apply(*args, *kwargs.values(), Call(keyset, len(args), tuple(kwargs)))
+        kernel = plain.get(keyset.raw_repr())
+        if kernel is None:
+            with _C._AutoDispatchBelowAutograd():
+                return op.redispatch(keyset & AFTER_AUTOGRAD, *args, **kwargs)  # type: ignore[union-attr]
+        out = kernel(*args, **kwargs)  # the checked kernel: converted (or failed) before the bump
+        if (bump_positions or bump_names) and not _C._dispatch_tls_is_dispatch_key_excluded(_ADIV):
+            bump_mutated(args, kwargs, bump_positions, bump_names)
+        return out
+
+    return autograd_kernel
+
+
+def check_mutation(record: OpRecord, args: tuple[Any, ...], kwargs: dict[str, Any], positions: Sequence[int], names: Sequence[str]) -> None:
+    """Autograd cannot record a mutation inside a kernel: the mutated Tensor's history would stay
+    as it was, and gradients through it would be silently wrong."""
+    values = [(record.schema.arguments[i].name, args[i]) for i in positions if i < len(args)] + [(n, kwargs[n]) for n in names if n in kwargs]
+    for name, value in values:
+        if any(t.requires_grad for t in tensors_in((value,))):
+            raise RuntimeError(
+                f"{record.qualname} ({record.cls_name}): the op writes to {name!r}, which requires grad, and autograd "
+                f"cannot record a custom op's mutation (gradients through {name!r} would be wrong). Pass a Tensor that "
+                f"does not require grad ({name}.detach(), or call under torch.no_grad()), or make the op functional "
+                f"(return a new Tensor instead of writing to {name!r}) and define setup_context and backward."
+            )
+
+
+def bump_mutated(args: tuple[Any, ...], kwargs: dict[str, Any], positions: Sequence[int], names: Sequence[str]) -> None:
+    """Bump the version counter of each mutated Tensor (inference tensors are skipped)."""
+    _C._increment_version(list(tensors_in([args[i] for i in positions if i < len(args)] + [kwargs[n] for n in names if n in kwargs])))
+
+
+def _optional_list_requires_grad(args: tuple[Any, ...], positions: Sequence[int]) -> bool:
+    return any(t is not None and t.requires_grad for i in positions if i < len(args) for t in args[i])
+
+
+def _guard_specs(record: OpRecord) -> dict[int, bytes]:
+    """Native-guard specs for the positional arguments the dispatcher passes, by count given."""
+    letters = [arg_type(str(a.real_type)).letter for a in record.schema.arguments if not a.kwarg_only]
+    return {n: "".join(letters[:n]).encode() for n in range(len(letters) + 1)}
+
+
+def _version_bump_kernel(record: OpRecord) -> Callable[..., Any]:
+    positions = [i for i in record.mutated if not record.schema.arguments[i].kwarg_only]
+    names = [record.schema.arguments[i].name for i in record.mutated if record.schema.arguments[i].kwarg_only]
+    op = record.op
+    assert op is not None
+
+    def ad_inplace_or_view(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        out = op.redispatch(keyset & _AFTER_AD_INPLACE, *args, **kwargs)
+        # After the kernel (torch bumps before): a kernel that raises leaves versions untouched.
+        bump_mutated(args, kwargs, positions, names)
+        return out
+
+    return ad_inplace_or_view
+
+
+def _backend_select_kernel(record: OpRecord, index: int) -> Callable[..., Any]:
+    """Ops without Tensor inputs pick their kernel from the ``device`` argument."""
+    arg = record.schema.arguments[index]
+    default = arg.default_value if arg.has_default_value() else None
+    op = record.op
+    assert op is not None
+
+    def backend_select(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        device = kwargs.get(arg.name, default) if arg.kwarg_only else args[index] if index < len(args) else default
+        key = getattr(_C.DispatchKey, _C._dispatch_key_for_device(torch.device(device).type))  # type: ignore[arg-type]
+        return op.redispatch(_C.DispatchKeySet(key), *args, **kwargs)
+
+    return backend_select

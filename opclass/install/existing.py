@@ -1,0 +1,84 @@
+"""Extending an op defined elsewhere (``existing=True``): a ``TORCH_LIBRARY`` op from C++, or a
+``Library("ns", "DEF")`` op from Python.
+
+The class never defines the op. Its install is a ``Library(ns, "FRAGMENT")`` holding only the
+class's own registrations, so removing or redefining the class (``lib._destroy()``) takes away
+exactly what it added: the op, and the kernels it had, stay as they were. The rules, as
+``torch.library.register_fake`` / ``register_autograd`` / ``register_kernel`` apply them:
+
+* the schema is the dispatcher's; the class's annotations, where given, must agree with it;
+* the class may add a kernel only where the op has none: each hook says where its kernels go
+  (``Hook.occupies``), and a kernel the op already has there is never replaced; it is refused
+  at class creation;
+* of opclass's core kernels only the Autograd one is added, and only for a class with an autograd
+  formula; a kernel the op already had is no opclass kernel, so the call plan leaves its device
+  to the dispatcher.
+
+Example:
+    >>> from opclass.install.existing import has_fake
+    >>> has_fake("aten::add.Tensor")
+    True
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping
+
+import torch
+from torch import _C
+
+if TYPE_CHECKING:
+    from opclass.define.hookspec import Hook
+    from opclass.install.record import OpRecord
+
+__all__ = ["conflicts", "has_fake", "FAKE"]
+
+#: The key name a hook's ``occupies`` gives for "the op's fake kernel" (a registered fake kernel,
+#: or a kernel at a key that serves FakeTensor).
+FAKE = "Fake"
+_FAKE_KEYS = ("Meta", "CompositeImplicitAutograd", "CompositeExplicitAutograd")
+
+
+def _kernel_at(qualname: str, key: str, own: set[str]) -> str | None:
+    """Where the op's kernel at ``key`` was registered (``None``: none, or the class's own)."""
+    if key == FAKE:
+        return None if "Meta" in own else _python_fake(qualname)
+    if key in own or not _C._dispatch_has_kernel_for_dispatch_key(qualname, key):
+        return None
+    for line in _C._dispatch_dump(qualname).splitlines():
+        head, _, rest = line.partition(": ")
+        if head.split("[")[0] == key:
+            return f"{key}: {rest.split(' :: ')[0]}"
+    return key
+
+
+def _python_fake(qualname: str) -> str | None:
+    kernel = torch._library.simple_registry.singleton.find(qualname).fake_impl.kernel
+    return f"a fake kernel registered at {kernel.source}" if kernel is not None else None
+
+
+def has_fake(qualname: str) -> bool:
+    """The op runs under FakeTensor already (a fake/Meta kernel, or a composite one that serves Meta)."""
+    return any(_kernel_at(qualname, k, set()) for k in (FAKE, *_FAKE_KEYS))
+
+
+def conflicts(qualname: str, defined: Mapping[str, Any], hooks: Mapping[str, Hook], live: OpRecord | None) -> list[tuple[str, str, str]]:
+    """``(hook, what the op already has, fix)`` for each hook that would replace a kernel of the op.
+
+    The keys the class's earlier install (``live``) registered do not count: a redefinition
+    replaces those, as for any op.
+    """
+    own = {r.key for r in live.lib.registrations} if live is not None and live.existing and live.lib is not None else set()
+    found: list[tuple[str, str, str]] = []
+    for name, value in defined.items():
+        occupies = hooks[name].occupies
+        for keys, what, fix in occupies(value) if occupies is not None else ():
+            where = next((w for w in (_kernel_at(qualname, k, own) for k in keys) if w), None)
+            if where is not None:
+                found.append((name, f"{qualname} already has {what} ({where})", fix))
+    return found
+
+
+def fake_keys() -> tuple[str, ...]:
+    """The keys that mean "the op has a fake kernel", for a fake-kernel hook's ``occupies``."""
+    return (FAKE, *_FAKE_KEYS)

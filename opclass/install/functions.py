@@ -1,0 +1,309 @@
+"""An op's ``autograd.Function`` classes: the Autograd kernel's, and the fast path's per device.
+
+Most ops of a library are never differentiated, and a Function class (with its Backward class)
+is among the dearer objects to make: they are made on the op's first need, all together.
+
+Example:
+    >>> import torch, opclass
+    >>> class DocsFunctionsSquare(opclass.CustomOp, name="docs_functions::square"):
+    ...     @staticmethod
+    ...     def default(x: torch.Tensor) -> torch.Tensor:
+    ...         return x * x
+    ...     @staticmethod
+    ...     def setup_context(ctx, inputs, output):
+    ...         ctx.save_for_backward(inputs[0])
+    ...     @staticmethod
+    ...     def backward(ctx, grad):
+    ...         return 2 * ctx.saved_tensors[0] * grad
+    >>> DocsFunctionsSquare.record.autograd_function.__name__
+    'DocsFunctionsSquareFunction'
+    >>> opclass.remove(DocsFunctionsSquare)
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+from torch import _C
+
+from opclass.core import native
+from opclass.core.shield import shield
+from opclass.install.outputs import output_is_fresh
+
+if TYPE_CHECKING:
+    from opclass.install.record import Kernel, OpRecord
+
+__all__ = ["Call", "Functions", "functions", "functorch_entry", "call_below_autograd", "AFTER_AUTOGRAD"]
+
+AFTER_AUTOGRAD = _C._after_autograd_keyset
+_MAKE = threading.Lock()
+
+
+class Call:
+    """Per-call facts passed to ``forward`` as the last ``apply`` input (a pytree leaf)."""
+
+    __slots__ = ("keyset", "n_args", "kw_names", "kernel")
+
+    def __init__(self, keyset: Any, n_args: int, kw_names: tuple[str, ...], kernel: Callable[..., Any] | None = None) -> None:
+        self.keyset = keyset  # from the dispatcher; None on the eager fast path
+        self.n_args = n_args
+        self.kw_names = kw_names
+        self.kernel = kernel  # the backend kernel the fast path already chose
+
+
+class Functions:
+    """An op's Functions: ``generic``, which the dispatcher's Autograd kernel applies (its forward
+    redispatches below autograd), and ``fast``, by device type, which the eager fast path applies
+    (its forward calls that device's kernel, nothing else; ops without keyword-only arguments)."""
+
+    __slots__ = ("generic", "fast")
+
+    def __init__(self, generic: type[torch.autograd.Function], fast: dict[str, type[torch.autograd.Function]]) -> None:
+        self.generic = generic
+        self.fast = fast
+
+
+def functions(record: OpRecord) -> Functions:
+    """``record``'s Functions, made on first need (once, whichever thread asks first)."""
+    made = record.functions
+    if made is None:
+        with _MAKE:
+            made = record.functions
+            if made is None:
+                make_generic, make_fast = _formulas(record)
+                plan = record.plan
+                fast = plan is not None and plan.grad == "function" and not any(a.kwarg_only for a in record.schema.arguments)
+                made = record.functions = Functions(make_generic(), {d: make_fast(k) for d, k in plan.kernels.items()} if fast and plan else {})
+    return made
+
+
+def functorch_entry(record: OpRecord) -> Callable[..., Any]:
+    """The op's call while torch.func transforms are active (from the class call, never from
+    inside the dispatcher, where functorch's handling of Functions cannot run). A grad/jvp level
+    on top applies the generic Function; vmap levels reach the op's batching rule."""
+
+    def functorch_call(*args: Any, **kwargs: Any) -> Any:
+        if _C._are_functorch_transforms_active() and top_level_differentiates():
+            return functions(record).generic.apply(*args, *kwargs.values(), Call(None, len(args), tuple(kwargs)))
+        return record.op(*args, **kwargs)  # type: ignore[misc]
+
+    return functorch_call
+
+
+def _formulas(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Function]], Callable[[Kernel], type[torch.autograd.Function]]]:
+    """What the op's Functions are made of: ``(make_generic(), make_fast(kernel))``."""
+    schema = record.schema
+    positional = [a for a in schema.arguments if not a.kwarg_only]
+    kw_only = [a for a in schema.arguments if a.kwarg_only]
+    # The dispatcher drops trailing arguments equal to their default; setup_context sees them all.
+    pos_defaults = [record.signature.parameters[a.name].default for a in positional]
+    kw_defaults = {a.name: record.signature.parameters[a.name].default for a in kw_only if a.has_default_value()}
+    n_pos = len(positional)
+    # backward may stop after the arguments a caller can pass (torch's convention), so at the
+    # first of the trailing defaulted ones.
+    required = n_pos - len(list(itertools.takewhile(lambda a: a.has_default_value(), reversed(positional))))
+    kw_index = {a.name: n_pos + i for i, a in enumerate(kw_only)}
+    qualname = record.qualname
+    cls_name = record.cls_name
+    # The user's setup_context, called in its own form (no adapter frame).
+    user_setup, setup_kw = record.setup_context, record.setup_keywords
+    fresh, single, finish = output_is_fresh(), record.outputs.single, record.outputs.finish
+    below = call_below_autograd()
+    below_guard = None if native.native_module() is not None else _C._AutoDispatchBelowAutograd
+    entry: Callable[..., Any] = record.functorch_entry or record.op  # type: ignore[assignment]
+
+    def user_backward(ctx: Any, grads: tuple[Any, ...]) -> tuple[Any, ...]:
+        if record.backward is None:
+            raise RuntimeError(
+                f"Trying to backward through {qualname} but no autograd formula was registered: "
+                f"define setup_context and backward on {cls_name}"
+            )
+        result = record.backward(ctx, *grads)
+        if not isinstance(result, tuple):
+            result = (result,)
+        assert isinstance(result, tuple)
+        if required <= len(result) < n_pos and not any(ctx.needs_input_grad[len(result) : n_pos]):
+            # torch's convention (custom_op code): gradients for the arguments passed only.
+            result += (None,) * (n_pos - len(result))
+        if not n_pos <= len(result) <= n_pos + len(kw_only):
+            raise RuntimeError(
+                f"{cls_name}.backward returned {len(result)} gradients; expected one per positional input "
+                f"({n_pos})" + (f", optionally followed by keyword-only ones in order (up to {len(kw_only)})" if kw_only else "")
+            )
+        return result
+
+    # setup_context style (forward takes no ctx): what torch.func transforms require.
+    def forward(*flat: Any) -> Any:
+        call: Call = flat[-1]
+        args = flat[: call.n_args]
+        kwargs = dict(zip(call.kw_names, flat[call.n_args : -1]))
+        if call.kernel is not None:  # the fast path, for ops with keyword-only arguments
+            # The checked kernel: outputs already checked and converted.
+            out = below(call.kernel, *args, **kwargs)
+        elif call.keyset is None:
+            # Under torch.func: the level above was just taken care of; the op meets the
+            # levels below (or none) afresh.
+            out = entry(*args, **kwargs)
+        else:
+            with _C._AutoDispatchBelowAutograd():
+                out = record.op.redispatch(call.keyset & AFTER_AUTOGRAD, *args, **kwargs)  # type: ignore[union-attr]
+        return out
+
+    def setup_context(ctx: Any, flat: tuple[Any, ...], out: Any) -> None:
+        call: Call = flat[-1]
+        if user_setup is not None:
+            args = flat[: call.n_args]
+            inputs = tuple(args) + tuple(pos_defaults[len(args) :])
+            if setup_kw:
+                user_setup(ctx, inputs, {**kw_defaults, **dict(zip(call.kw_names, flat[call.n_args : -1]))}, out)
+            else:
+                user_setup(ctx, inputs, out)
+        ctx._opclass_call = call
+
+    def jvp(ctx: Any, *tangents: Any) -> Any:
+        call: Call = ctx._opclass_call
+        if record.jvp is None:
+            raise RuntimeError(
+                f"Trying to use forward-mode AD with {qualname} but no forward-mode formula was registered: "
+                f"define jvp on {cls_name}"
+            )
+        # One tangent per positional input (None past those given), as backward returns grads.
+        pos = tuple(tangents[: call.n_args]) + (None,) * (n_pos - call.n_args)
+        return record.jvp(ctx, *pos)
+
+    def backward(ctx: Any, *grads: Any) -> Any:
+        call: Call = ctx._opclass_call
+        saved = ctx.needs_input_grad
+        try:
+            ctx.needs_input_grad = _needs_input_grad(saved[:-1], call, kw_index, n_pos)
+            result = user_backward(ctx, grads)
+        finally:
+            ctx.needs_input_grad = saved
+        for i in range(call.n_args, n_pos):
+            if result[i] is not None:
+                # Left out by the dispatcher (equal to its default, so no Tensor): what torch says
+                # when the fast path, which passes it, gets a gradient for it.
+                raise RuntimeError(
+                    f"function {cls_name}FunctionBackward returned a gradient different than None at position "
+                    f"{i + 1}, but the corresponding forward input was not a Variable"
+                )
+        grads_in = list(result[: call.n_args])
+        for name in call.kw_names:
+            i = kw_index[name]
+            grads_in.append(result[i] if i < len(result) else None)
+        return (*grads_in, None)
+
+    def fast_function(k: Kernel) -> type[torch.autograd.Function]:
+        # Aliasing errors name the hook whose kernel ran, as on the dispatcher path.
+        kernel, where = k.user, k.where
+
+        def fast_forward(ctx: Any, *args: Any) -> Any:
+            # The kernel sees what it sees on the dispatcher path: autograd below it (the guard
+            # object inline without the native guard: one Python frame less than below()).
+            if below_guard is None:
+                out = below(kernel, *args)
+            else:
+                with below_guard():
+                    out = kernel(*args)
+            if not (single and fresh(out)):
+                out = finish(where, args, {}, out)
+            if user_setup is not None:
+                if setup_kw:
+                    user_setup(ctx, args, {}, out)
+                else:
+                    user_setup(ctx, args, out)
+            return out
+
+        def fast_backward(ctx: Any, *grads: Any) -> Any:
+            return user_backward(ctx, grads)
+
+        # Same class name as the dispatcher's Function: grad_fn reads the same on both paths.
+        return _function_class(f"{cls_name}Function", fast_forward, fast_backward, schema, f"{cls_name}Function[{k.hook}]")
+
+    def vmap(info: Any, in_dims: tuple[Any, ...], *flat: Any) -> Any:
+        # A vmap level under a grad/jvp level: batch the op itself (its vmap hook, or torch's
+        # per-sample fallback), under a vmap of our own.
+        call: Call = flat[-1]
+
+        def one(*values: Any) -> Any:
+            return entry(*values[: call.n_args], **dict(zip(call.kw_names, values[call.n_args :])))
+
+        out = torch.vmap(one, in_dims=tuple(in_dims[:-1]), randomness=info.randomness)(*flat[:-1])
+        return out, (0,) * len(out) if isinstance(out, tuple) else 0
+
+    def make_generic() -> type[torch.autograd.Function]:
+        if _has_lists(schema):
+            # torch's supports_tensorlist wraps only forward(ctx, ...)-style Functions: Tensor-list
+            # ops keep that style, and so get no torch.func transforms and no jvp.
+            def forward_with_ctx(ctx: Any, *flat: Any) -> Any:
+                out = forward(*flat)
+                setup_context(ctx, flat, out)
+                return out
+
+            return _function_class(f"{cls_name}Function", forward_with_ctx, backward, schema)
+        return _function_class(f"{cls_name}Function", forward, backward, schema, setup_context=setup_context, jvp=jvp, vmap=vmap)
+
+    return make_generic, fast_function
+
+
+def _function_class(
+    name: str,
+    forward: Callable[..., Any],
+    backward: Callable[..., Any],
+    schema: Any,
+    qualname: str | None = None,
+    **extra: Callable[..., Any],
+) -> type[torch.autograd.Function]:
+    body: dict[str, Any] = {"forward": staticmethod(forward), "backward": staticmethod(backward)}
+    body.update({k: staticmethod(v) for k, v in extra.items()})
+    for method in body.values():
+        shield(method.__func__)
+    fn_cls = type(name, (torch.autograd.Function,), body)
+    fn_cls.__module__ = __name__
+    fn_cls.__qualname__ = qualname or name
+    if _has_lists(schema):
+        from torch._library.autograd import supports_tensorlist
+
+        fn_cls = supports_tensorlist(fn_cls)
+    return fn_cls
+
+
+def top_level_differentiates() -> bool:
+    from torch._functorch.pyfunctorch import retrieve_current_functorch_interpreter
+    from torch._C._functorch import TransformType
+
+    return retrieve_current_functorch_interpreter().key() in (TransformType.Grad, TransformType.Jvp)
+
+
+def call_below_autograd() -> Callable[..., Any]:
+    """``below(fn, *args, **kwargs)``: call ``fn`` with autograd dispatch keys excluded, as a
+    kernel runs inside the dispatcher's Autograd kernel (native: no context-manager object)."""
+    module = native.native_module()
+    if module is not None:
+        return module.call_below_autograd  # type: ignore[no-any-return]
+
+    def below(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        with _C._AutoDispatchBelowAutograd():
+            return fn(*args, **kwargs)
+
+    return below
+
+
+def _has_lists(schema: Any) -> bool:
+    """Tensor-list arguments or returns."""
+    return any("List[" in str(a.type) and "Tensor" in str(a.type) for a in (*schema.arguments, *schema.returns))
+
+
+def _needs_input_grad(flags: tuple[Any, ...], call: Call, kw_index: dict[str, int], n_pos: int) -> tuple[Any, ...]:
+    """``needs_input_grad`` in the user's order: every positional input, then keyword-only ones."""
+    if len(flags) == n_pos + len(kw_index) and call.n_args == n_pos:
+        return flags
+    out = list(flags[: call.n_args]) + [False] * (n_pos - call.n_args) + [False] * len(kw_index)
+    for j, name in enumerate(call.kw_names):
+        out[kw_index[name]] = flags[call.n_args + j]
+    return tuple(out)
+
+

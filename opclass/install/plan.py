@@ -1,0 +1,178 @@
+"""The call plan: what a plain eager call of one op may do without the dispatcher, decided once
+per install from the kernels the install registered, and read by all three fast routes (the
+generated call, the C entry, the Autograd kernel's shortcut).
+
+The guards admit a call only when its dispatch key set is within the plain CPU/CUDA key sets, so
+a kernel at any other key can never be reached by such a call. A kernel at a reachable key that
+the plan does not understand turns the fast path off: correct first, fast second.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+import torch
+
+from opclass.core import memo
+from opclass.core.types import FAST_DEVICES, arg_type, guard_text
+from opclass.define.annotations import SchemaProblem, resolve_annotations
+
+if TYPE_CHECKING:
+    from opclass.install.record import Kernel, OpRecord
+
+__all__ = ["CallPlan", "Registration", "build_plan", "has_guard"]
+
+_AUTOCAST = {"AutocastCPU": "cpu", "AutocastCUDA": "cuda"}
+_DEFAULT = "CompositeExplicitAutograd"
+# Keys (runtime or alias) a call with plain cpu/cuda key sets can reach. Kernels there are
+# understood only when opclass itself made them (Autograd, ADInplaceOrView, BackendSelect) or
+# when they are a device hook's kernel (backend keys); anything else turns the fast path off.
+_REACHABLE = frozenset(
+    {*FAST_DEVICES.values(), *_AUTOCAST, _DEFAULT, "CompositeExplicitAutogradNonFunctional", "CompositeImplicitAutograd",
+     "Autograd", "AutogradCPU", "AutogradCUDA", "AutogradOther", "ADInplaceOrView", "BackendSelect"}
+)
+# The keys as enum values: asking the dispatcher with a key's name costs a parse of the name (several
+# times the lookup itself), and every definition asks about each of these keys.
+_REACHABLE_KEYS = {name: getattr(torch._C.DispatchKey, name) for name in sorted(_REACHABLE)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Registration:
+    """One kernel registration of an install: the op name, dispatch key, function and hook
+    (``None``: opclass's own)."""
+
+    op_name: str
+    key: str
+    fn: Callable[..., Any]
+    hook: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class CallPlan:
+    """What a plain eager call of the op does; read by every fast route, never recomputed."""
+
+    #: Device type -> the kernel a plain call on that device runs (the dispatcher's choice).
+    kernels: Mapping[str, Kernel]
+    #: Device types with an ``Autocast<device>`` kernel: the fast path needs autocast off.
+    autocast: tuple[str, ...]
+    #: Calls that need grad: ``"function"`` (a prebuilt autograd.Function), ``"eager"`` (the kernel
+    #: under autograd) or ``"dispatcher"``.
+    grad: str
+    #: Why the class call always goes to the dispatcher (``None``: it has a fast path).
+    off: str | None
+    #: Devices left to the dispatcher, and why.
+    notes: tuple[str, ...] = ()
+    #: Parameter name -> config dataclass (from the kernels' annotations), for the type guards.
+    configs: Mapping[str, type] = dataclasses.field(default_factory=dict)
+
+    def __str__(self) -> str:
+        if self.off is not None:
+            return f"fast path off: {self.off}"
+        text = "fast path: " + ", ".join(self.kernels)
+        if self.autocast:
+            text += f" (autocast off for {', '.join(self.autocast)})"
+        return text + "".join(f"; {note}" for note in self.notes)
+
+
+def build_plan(record: OpRecord, registrations: list[Registration]) -> CallPlan:
+    """The plan for ``record``, from the hooks' registrations (opclass's core ones are understood)."""
+    spec = record.spec
+    last: dict[str, Registration] = {}
+    for r in registrations:
+        if r.op_name == spec.overload_name():
+            last[r.key] = r
+    for key, enum in _REACHABLE_KEYS.items():
+        # A kernel some other Library put there (torch.library.register_autocast without lib=...).
+        if key not in last and torch._C._dispatch_has_kernel_for_dispatch_key(spec.qualname, enum):
+            last[key] = Registration(spec.overload_name(), key, _outside, "")
+    autocast = tuple(_AUTOCAST[k] for k in last if k in _AUTOCAST)
+    foreign = [r for k, r in last.items() if k in _REACHABLE and k not in _AUTOCAST and k not in (*FAST_DEVICES.values(), _DEFAULT) and r.hook is not None]
+    kernels: dict[str, Kernel] = {}
+    notes: list[str] = []
+    for device, key in FAST_DEVICES.items():
+        reached = last.get(key) or last.get(_DEFAULT)
+        kernel = record.kernel_for(device)
+        if reached is None:
+            continue
+        if kernel is not None and reached.fn is kernel.checked:
+            kernels[device] = kernel
+        else:
+            notes.append(f"{device} runs the kernel {_who(reached)} registered at {reached.key}")
+    configs = config_classes(record)
+    off = _why_off(record, foreign, kernels, configs, notes)
+    # An extended op without a formula gets no Autograd kernel of ours: grad is the dispatcher's.
+    own_autograd = not spec.existing or record.backward is not None
+    grad = "eager" if record.differentiates_kernel is not None else "dispatcher" if spec.mutated or spec.is_out or not own_autograd else "function"
+    return CallPlan(kernels if not foreign else {}, autocast, grad, off, tuple(notes), configs)
+
+
+def _outside(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("a placeholder for a kernel registered outside the op's Library")
+
+
+def _who(r: Registration) -> str:
+    return "another Library" if r.fn is _outside else f"hook {r.hook!r}" if r.hook else "opclass"
+
+
+def _why_off(record: OpRecord, foreign: list[Registration], kernels: Mapping[str, Kernel], configs: Mapping[str, type], notes: list[str]) -> str | None:
+    if foreign:
+        return "; ".join(f"{_who(r)} registered a kernel at {r.key}" for r in foreign)
+    if not kernels:
+        # A kernel someone else registered (an extended op's C++ one) is no kernel of the op's own.
+        return "; ".join(notes) if notes else "no cpu or cuda kernel"
+    if record.spec.existing and record.spec.mutated:
+        # Its version counters are whatever the dispatcher does for it (opclass adds no
+        # ADInplaceOrView kernel to a foreign op), which a fast path could not match.
+        return "the op was defined elsewhere and mutates its arguments"
+    arguments = record.spec.schema.arguments
+    for a in arguments:
+        if not has_guard(a, configs):
+            return f"argument {a.name!r} of type {a.type} has no cheap guard"
+    if not any("Tensor" in str(a.real_type) or str(a.real_type) == "Device" for a in arguments):
+        return "no Tensor or Device argument picks the device"
+    for kernel in kernels.values():
+        mismatch = _default_mismatch(kernel, record.spec.signature)
+        if mismatch is not None:
+            return mismatch
+    if any(a.name.startswith("_") for a in arguments):
+        return "an argument name starts with '_', like the generated call's own names"
+    return None
+
+
+def _default_mismatch(kernel: Kernel, signature: inspect.Signature) -> str | None:
+    """Why the kernel would see other arguments from the fast path than from the dispatcher, which
+    leaves out arguments equal to their default (the kernel then uses its own default)."""
+    try:
+        own = memo.signature(kernel.user).parameters
+    except (TypeError, ValueError):
+        return None
+    for name, p in signature.parameters.items():
+        if p.default is p.empty:
+            continue
+        mine = own.get(name)
+        schema_default = list(p.default) if type(p.default) is tuple else p.default  # as kernels get lists
+        if mine is None or mine.default is mine.empty or type(mine.default) is not type(schema_default) or mine.default != schema_default:
+            given = "no default" if mine is None or mine.default is mine.empty else f"default {mine.default!r}"
+            return f"{kernel.where} has {given} for {name!r} where the schema's is {p.default!r}"
+    return None
+
+
+def has_guard(arg: Any, configs: Mapping[str, type]) -> bool:
+    """Whether a call's value for the schema ``Argument`` can be checked cheaply."""
+    jit = str(arg.real_type)
+    return bool(arg_type(jit).tensor) or guard_text(jit, arg.name) is not None or (jit == "PyObject" and arg.name in configs)
+
+
+def config_classes(record: OpRecord) -> dict[str, type]:
+    """Parameter name -> config dataclass, from the kernels' annotations (empty under schema=)."""
+    for kernel in record.kernels.values():
+        try:
+            annotations = resolve_annotations(inspect.unwrap(kernel.user))  # the user's, in debug mode too
+        except SchemaProblem:
+            continue
+        found = {n: a for n, a in annotations.items() if isinstance(a, type) and dataclasses.is_dataclass(a)}
+        if found:
+            return found
+    return {}

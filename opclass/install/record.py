@@ -1,0 +1,174 @@
+"""What one install of an op produced (:class:`OpRecord`), and the table of live ops.
+
+A redefinition, a restore after a failed one, or a removal never edits an install: it builds a
+fresh :class:`OpRecord` from the spec, so nothing of an earlier install can leak into a later one.
+
+Example:
+    >>> from opclass.install import record
+    >>> record.lookup("docs_record::nothing") is None
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+from torch.fx.node import _side_effectful_functions
+
+from opclass.define.spec import OpSpec
+from opclass.install.outputs import Contract
+
+if TYPE_CHECKING:
+    from opclass.install.functions import Functions
+    from opclass.install.plan import CallPlan
+
+__all__ = ["Kernel", "OpRecord", "LOCK", "lookup", "live_records", "set_live", "take_live", "destroy"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+    """One backend kernel of an op: :meth:`OpRecord.kernel_for` answers with it.
+
+    ``user`` is the user's function (the fast path calls it and finishes its output inline),
+    ``checked`` what the dispatcher calls (the output contract included), ``hook`` the hook that
+    defined it (``"cpu"``, ``"default"``) and ``where`` how errors name it (``"ns::op (Cls.cpu)"``).
+    """
+
+    hook: str
+    user: Callable[..., Any]
+    checked: Callable[..., Any]
+    where: str
+
+
+class OpRecord(OpSpec):
+    """One install of an op: the spec's fields (still frozen) plus everything installing it
+    produced; ``MyOp.record``.
+
+    Hooks' installers get it: they register through ``record.lib`` (every registration is
+    recorded with its dispatch key and hook, see :mod:`opclass.install.plan`) and fill in the rest.
+
+    Example:
+        >>> import torch, opclass
+        >>> class DocsRecordNeg(opclass.CustomOp, name="docs_record::neg"):
+        ...     @staticmethod
+        ...     def default(x: torch.Tensor) -> torch.Tensor:
+        ...         return -x
+        >>> DocsRecordNeg.record.mutated
+        ()
+        >>> DocsRecordNeg.record.kernel_for("cpu").where
+        'docs_record::neg (DocsRecordNeg.default)'
+        >>> opclass.remove(DocsRecordNeg)
+    """
+
+    def __init__(self, spec: OpSpec) -> None:
+        super().__init__(**{f.name: getattr(spec, f.name) for f in dataclasses.fields(OpSpec)})
+        #: What the class defines, for a later fresh install (a restore after a failed redefinition).
+        self.spec = spec
+        #: The op's ``torch.library`` fragment, which every registration goes through (``None`` once destroyed).
+        self.lib: Any = None
+        #: The ``OpOverload``, ``torch.ops.ns.name.overload`` (``None`` once removed).
+        self.op: torch._ops.OpOverload | None = None
+        #: What every kernel's result must be and becomes (:mod:`opclass.install.outputs`).
+        self.outputs = Contract(spec.schema, spec.tags)
+        #: Backend kernels by device type, as kernel hooks install them; the key ``None`` serves every device.
+        self.kernels: dict[str | None, Kernel] = {}
+        #: The fake kernel for FakeTensor tracing, or ``None`` until one is registered.
+        self.fake: Callable[..., Any] | None = None
+        #: The autograd formula's ``setup_context``: ``(ctx, inputs, output)``, or with
+        #: :attr:`setup_keywords` ``(ctx, inputs, keyword_only_inputs, output)``.
+        self.setup_context: Callable[..., Any] | None = None
+        #: :attr:`setup_context` takes the keyword-only inputs.
+        self.setup_keywords = False
+        #: The autograd formula's ``backward(ctx, *grads)``, or ``None`` when the op has no formula.
+        self.backward: Callable[..., Any] | None = None
+        #: The forward-mode formula ``jvp(ctx, *input_tangents)``, if any.
+        self.jvp: Callable[..., Any] | None = None
+        #: Set where eager autograd differentiates through the kernel itself instead of applying a
+        #: formula: ``check(where, out)``, run on a result computed with grad needed.
+        self.differentiates_kernel: Callable[[str, Any], None] | None = None
+        #: Makes the kernel registered at the Autograd key (a hook may give its own).
+        self.autograd_kernel: Callable[[OpRecord], Callable[..., Any]] | None = None
+        #: The op's call under torch.func transforms (made by the install when no hook gave one).
+        self.functorch_entry: Callable[..., Any] | None = None
+        #: Representative inputs for :mod:`opclass.testing` (metadata: nothing registers or reads it).
+        self.samples: Callable[..., Any] | None = None
+        #: The op's autograd.Functions, made on first need (:func:`opclass.install.functions.functions`).
+        self.functions: Functions | None = None
+        #: What a plain eager call may do without the dispatcher (see :mod:`opclass.install.plan`).
+        self.plan: CallPlan | None = None
+        #: True while this install is the op's current one (False once replaced or removed).
+        self.live = False
+        #: Weak reference to the class that defined the op.
+        self.owner: Callable[[], Any] | None = None
+        #: Hooks' ``uninstall`` calls, run (newest first) when the op is removed or replaced.
+        self.cleanups: list[Callable[[], None]] = []
+
+    def __repr__(self) -> str:
+        return f"<OpRecord {self.qualname}{self.schema_str}; {self.plan or 'not installed'}>"
+
+    @property
+    def autograd_function(self) -> type[torch.autograd.Function]:
+        """The autograd.Function the Autograd kernel applies when grad is needed (made on first use)."""
+        from opclass.install.functions import functions  # the Functions are made from the record
+
+        return functions(self).generic
+
+    def kernel_for(self, device_type: str) -> Kernel | None:
+        """The kernel that serves ``device_type`` (its own hook, else ``default``), or ``None``."""
+        return self.kernels.get(device_type) or self.kernels.get(None)
+
+    def where(self, hook: str) -> str:
+        """How errors name a hook of this op: ``"ns::op (Cls.cpu)"``."""
+        return f"{self.qualname} ({self.cls_name}.{hook})"
+
+
+_LIVE: dict[str, OpRecord] = {}
+#: Held from a definition's name check to its class call; the background guard build takes it too.
+LOCK = threading.RLock()
+
+
+def live_records() -> list[OpRecord]:
+    """Every live op's record (a copy: callers may redefine ops while iterating)."""
+    with LOCK:
+        return list(_LIVE.values())
+
+
+def lookup(qualname: str) -> OpRecord | None:
+    """The live record for ``qualname``, if opclass defined it."""
+    return _LIVE.get(qualname)
+
+
+def set_live(record: OpRecord) -> None:
+    """Make ``record`` the live one for its name (the one it replaces is live no more)."""
+    old = _LIVE.get(record.qualname)
+    _LIVE[record.qualname] = record
+    record.live = True
+    if old is not None and old is not record:
+        old.live = False
+
+
+def take_live(qualname: str | None = None, namespace: str | None = None) -> list[OpRecord]:
+    """Remove ops from the table (one name, or a whole namespace), destroyed; returns them."""
+    with LOCK:
+        names = [q for q, r in _LIVE.items() if q == qualname or r.namespace == namespace]
+        taken = [_LIVE.pop(q) for q in names]
+        for record in taken:
+            destroy(record)
+        return taken
+
+
+def destroy(record: OpRecord) -> None:
+    """Drop every dispatcher registration of ``record`` (idempotent)."""
+    record.live = False
+    if not record.existing:  # an extended op's entry, if any, is not ours
+        _side_effectful_functions.discard(record.op)
+    while record.cleanups:
+        record.cleanups.pop()()
+    if record.lib is not None:
+        record.lib._destroy()
+        record.lib.release()
+        record.lib = None
+    record.op = None
