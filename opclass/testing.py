@@ -57,6 +57,7 @@ from torch.utils._pytree import tree_flatten, tree_leaves, tree_map_only, tree_u
 
 from opclass._harness import call_paths, diff, observe
 from opclass.hooks import debug
+from opclass.install.core import has_fake_kernel
 from opclass.install.record import OpRecord
 
 if TYPE_CHECKING:
@@ -194,21 +195,9 @@ class _CheckFailed(Exception):
         self.detail = detail
 
 
-def _has_fake(record: OpRecord) -> bool:
-    """Whether the op has a fake kernel: ``abstract``, ``default`` (run on fake tensors), the
-    extended op's own, or one opclass generated."""
-    if "abstract" in record.hooks or None in record.kernels:
-        return True
-    if record.existing and record.fake is None:
-        return True  # the install generated none: the op had a fake kernel of its own
-    # Without abstract, opclass generates a fake kernel that works for in-place and out= ops and
-    # ops returning nothing; for ops returning Tensors it only raises "define abstract".
-    return record.fake is not None and (record.is_inplace or record.is_out or not record.schema.returns)
-
-
 def _run_opcheck(op_cls: Any, record: OpRecord, sample: Sample, test_utils: Sequence[str] | None) -> None:
     if test_utils is None:
-        utils = _OPCHECK_UTILS if _has_fake(record) else tuple(u for u in _OPCHECK_UTILS if u not in _FAKE_UTILS)
+        utils = _OPCHECK_UTILS if has_fake_kernel(record) else tuple(u for u in _OPCHECK_UTILS if u not in _FAKE_UTILS)
     else:
         utils = (test_utils,) if isinstance(test_utils, str) else tuple(test_utils)
     if not utils:

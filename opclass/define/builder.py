@@ -34,19 +34,11 @@ from opclass.errors import OpDefinitionError, did_you_mean, formatdef
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RESERVED_NAMESPACES = {"aten", "prim", "prims", "quantized", "_quantized", "inductor", "higher_order", "_c10d_functional", "c10d"}
-# Names people reach for that mean one of our hooks.
-_ALIASES = {
-    "fake": "abstract", "meta": "abstract", "fake_impl": "abstract", "register_fake": "abstract",
-    "abstract_impl": "abstract", "setup_ctx": "setup_context", "save_for_backward": "setup_context",
-    "backwards": "backward", "bwd": "backward", "forward": "default", "batch_rule": "vmap",
-    "shard": "sharding", "register_sharding": "sharding",
-}
 # Device names torch does not know, and the one that was meant.
 _NOT_DEVICES = {"gpu": "cuda", "tpu": "xla", "npu": "privateuseone", "metal": "mps", "rocm": "cuda", "hpu_": "hpu"}
 # Device types torch knows; a method named after one without a hook must not pass as a helper.
 _TORCH_DEVICE_TYPES = {"cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip", "ve", "fpga", "maia", "xla", "lazy", "vulkan", "mps", "hpu", "mtia", "privateuseone"}
 _STUB = "__opclass_stub__"
-_UNSET: Any = object()
 
 
 def _snake_case(name: str) -> str:
@@ -140,7 +132,7 @@ class OpBuilder:
                     f"register one with opclass.register_hook(opclass.device_hook({attr!r})), or use default",
                     fn,
                 )
-            guess = did_you_mean(attr, self.hooks, _ALIASES)
+            guess = did_you_mean(attr, self.hooks, {alias: name for name, hook in self.hooks.items() for alias in hook.aliases})
             if guess is not None:
                 # A helper that merely contains a hook name (backward_impl) gets told how to keep it.
                 hint = f" (for a helper, name it _{attr})" if guess in attr and guess != attr else ""

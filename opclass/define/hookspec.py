@@ -82,6 +82,8 @@ class Hook:
         occupies: ``occupies(value)``: ``(dispatch keys, what a kernel there is, fix)`` for each
             kernel the installer registers. On an op defined elsewhere (``existing=True``) a
             kernel the op already has at one of those keys is never replaced: the class is refused.
+        aliases: names people write meaning this hook (``bwd``): a method of that name is
+            refused with "did you mean" this hook.
 
     Example:
         >>> import opclass
@@ -103,6 +105,7 @@ class Hook:
     doc: str = ""
     uninstall: Callable[["OpRecord", Any], None] | None = None
     occupies: Callable[[Any], Sequence[tuple[Sequence[str], str, str]]] | None = None
+    aliases: tuple[str, ...] = ()
 
 
 _HOOKS: dict[str, Hook] = {}

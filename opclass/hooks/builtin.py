@@ -209,15 +209,15 @@ def register_builtin_hooks() -> None:
     for device_type in DEVICE_TYPES:
         register_hook(device_hook(device_type))
     register_hook(abstract_hook())
-    for name, install, check, requires, doc in (
-        ("setup_context", _install_setup_context, _check_setup_context, ("backward",), "save what backward needs: (ctx, inputs, output)"),
-        ("backward", _install_backward, _check_backward, ("setup_context",), "gradients of the inputs: (ctx, *grads)"),
-        ("jvp", _install_jvp, _check_jvp, ("setup_context",), "forward-mode AD: (ctx, *input_tangents) -> output tangent(s)"),
+    for name, install, check, requires, doc, aliases in (
+        ("setup_context", _install_setup_context, _check_setup_context, ("backward",), "save what backward needs: (ctx, inputs, output)", ("setup_ctx", "save_for_backward")),
+        ("backward", _install_backward, _check_backward, ("setup_context",), "gradients of the inputs: (ctx, *grads)", ("backwards", "bwd")),
+        ("jvp", _install_jvp, _check_jvp, ("setup_context",), "forward-mode AD: (ctx, *input_tangents) -> output tangent(s)", ()),
     ):
-        register_hook(Hook(name, install, check=check, requires=requires, doc=doc, occupies=lambda value: _AUTOGRAD))
+        register_hook(Hook(name, install, check=check, requires=requires, doc=doc, occupies=lambda value: _AUTOGRAD, aliases=aliases))
     register_hook(eager.eager_autograd_hook())
     batching = ((("FuncTorchBatched",), "a batching rule", "drop vmap: the op's own rule stays in charge"),)
-    register_hook(Hook("vmap", _install_vmap, check=_check_vmap, doc="batching rule (info, in_dims, *args) -> (output, out_dims)", occupies=lambda value: batching))
+    register_hook(Hook("vmap", _install_vmap, check=_check_vmap, doc="batching rule (info, in_dims, *args) -> (output, out_dims)", occupies=lambda value: batching, aliases=("batch_rule",)))
     register_hook(Hook("autocast", _install_autocast, check=_check_autocast, staticmethod=False, doc="dict device type -> dtype: cast floating inputs under autocast", occupies=_autocast_keys))
     register_hook(Hook("torch_dispatch", install_torch_dispatch, check=_check_torch_dispatch, staticmethod=False, doc="dict Tensor subclass / TorchDispatchMode -> rule"))
     register_hook(sharding.sharding_hook())

@@ -53,7 +53,8 @@ def device_hook(device_type: str | None) -> Hook:
     serves = "every device" if device_type is None else f"{device_type} tensors"
     keys = (key, "CompositeImplicitAutograd") if device_type is None else (key,)
     occupies = ((keys, f"a kernel for {serves}", f"drop {name}: the op's own kernel stays in charge"),)
-    return Hook(name, install, kernel=True, backend=True, device_type=device_type, doc=f"kernel for {serves}".replace("every device", "every device type"), occupies=lambda value: occupies)
+    doc = f"kernel for {serves}".replace("every device", "every device type")
+    return Hook(name, install, kernel=True, backend=True, device_type=device_type, doc=doc, occupies=lambda value: occupies, aliases=("forward",) if device_type is None else ())
 
 
 def install_kernel(record: OpRecord, hook: str, device_type: str | None, fn: Callable[..., Any]) -> None:
@@ -89,6 +90,7 @@ def abstract_hook() -> Hook:
     """The ``abstract`` hook: the op's fake kernel, for FakeTensor (torch.compile, torch.export)."""
     occupies = ((fake_keys(), "a fake kernel", "drop abstract: the op's own fake kernel stays in charge"),)
     return Hook(
-        "abstract", register_fake, check=_check_abstract, kernel=True, occupies=lambda value: occupies,
+        "abstract", lambda record, fn: register_fake(record, fn, record.where("abstract")), check=_check_abstract, kernel=True, occupies=lambda value: occupies,
+        aliases=("fake", "meta", "fake_impl", "register_fake", "abstract_impl"),
         doc="fake (meta) kernel for torch.compile/export; torch.library.get_ctx() works inside",
     )

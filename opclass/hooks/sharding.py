@@ -333,5 +333,6 @@ def sharding_hook() -> Hook:
         _install_sharding,
         check=_check_sharding,
         uninstall=_uninstall_sharding,
+        aliases=("shard", "register_sharding"),
         doc="DTensor sharding strategies: (op args as specs) -> [(output placements, input placements), ...]",
     )

@@ -168,7 +168,7 @@ def _install(record: OpRecord, value: Any) -> None:
         install_kernel(record, kernel.hook, device, eager_kernel(record.hooks[kernel.hook]))
     torch.library.register_torch_dispatch(record.qualname, FunctionalTensorMode, _decomposition_rule(by_device), lib=record.lib)
     if record.fake is None and record.schema.returns and not (record.is_inplace or record.is_out):
-        register_fake(record, _fake_kernel(record, by_device))
+        register_fake(record, _fake_kernel(record, by_device), record.where(_HOOK))
     _inner_kernels(record).add(record, list(by_device.values()))
 
 

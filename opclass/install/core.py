@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from opclass.install.record import OpRecord
 
 _ADIV = _C.DispatchKey.ADInplaceOrView
+_NO_FAKE = "__opclass_no_fake__"  # marks the fake kernel that only says to define one
 _AFTER_AD_INPLACE = _C._after_ADInplaceOrView_keyset
 
 
@@ -59,13 +60,12 @@ def register_core(record: OpRecord) -> None:
         lib.impl(name, _backend_select_kernel(record, index), "BackendSelect", with_keyset=True)
 
 
-def register_fake(record: OpRecord, fn: Callable[..., Any]) -> None:
-    """``fn`` as the op's fake kernel; a multi-output op's result is counted first (the
-    dispatcher would crash the process on a wrong count, not raise)."""
+def register_fake(record: OpRecord, fn: Callable[..., Any], where: str | None = None) -> None:
+    """``fn`` as the op's fake kernel. With ``where`` (how errors name it), a multi-output op's
+    result is counted first: the dispatcher would crash the process on a wrong count, not raise."""
     n_returns = len(record.schema.returns)
     record.fake = kernel = fn
-    if n_returns > 1:
-        where = record.where("abstract")
+    if n_returns > 1 and where is not None:
 
         def checked_fake(*args: Any, **kwargs: Any) -> Any:
             result = kernel(*args, **kwargs)
@@ -117,7 +117,14 @@ def register_default_fake(record: OpRecord) -> None:
         def fake(*args: Any, **kwargs: Any) -> Any:
             raise RuntimeError(message)
 
+        setattr(fake, _NO_FAKE, True)
     register_fake(record, fake)
+
+
+def has_fake_kernel(record: OpRecord) -> bool:
+    """The op runs under FakeTensor: a fake kernel that computes (a hook's, or one opclass
+    generated), or an op defined elsewhere that had its own."""
+    return record.existing if record.fake is None else not getattr(record.fake, _NO_FAKE, False)
 
 
 def _needs_real_data(e: BaseException) -> bool:
