@@ -1,10 +1,7 @@
-"""The three-way comparator: every way to call an op, observed and compared as plain data.
-
-:func:`opclass.testing.check_op`'s fast-path check and opclass's own equivalence tests use it:
-the class call under the active guard, the Python guard's call function where the native guard
-is active, and the dispatcher (``MyOp.op``) must be indistinguishable, as :func:`observe` and
-:func:`diff` see calls: outputs and result types, mutations, version counters, ``grad_fn``,
-gradients and errors.
+"""The three-way comparator: the class call under the active guard, the Python guard's call
+where the native guard is active, and the dispatcher (``MyOp.op``) must be indistinguishable as
+:func:`observe` and :func:`diff` see calls. :func:`opclass.testing.check_op` and opclass's own
+equivalence tests use it.
 
 Example:
     >>> import torch
@@ -91,13 +88,6 @@ def describe(value: Any) -> Any:
 
     Type, dtype, shape, strides, storage offset, device, layout, ``requires_grad``, leaf-ness,
     the ``grad_fn`` graph (two levels), conj/neg bits, inference-ness, version counter, values.
-
-    Example:
-        >>> import torch
-        >>> from opclass._harness import describe
-        >>> d = describe(torch.ones(2, 3).t())
-        >>> d["shape"], d["stride"], d["version"]
-        ((3, 2), (1, 3), 0)
     """
     if not isinstance(value, Tensor):
         return value
@@ -164,13 +154,6 @@ def observe(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, 
     as :func:`describe` sees it, and which input it *is*); what ``backward`` through every output
     that requires grad did; every input Tensor afterwards (values, version counters...) and its
     gradient. Compare two observations with :func:`diff`.
-
-    Example:
-        >>> import torch
-        >>> from opclass._harness import observe
-        >>> seen = observe(torch.sin, (torch.zeros(2, requires_grad=True),), {})
-        >>> seen["exception"], seen["backward"], seen["output"]["grad_fn"][0]
-        (None, 'ok', 'SinBackward0')
     """
     inputs = _tensors((args, dict(kwargs)))
     out: Any = None
@@ -195,18 +178,6 @@ def diff(a: Any, b: Any, path: str = "") -> str | None:
 
     Tensors must be equal exactly, NaNs in the same places; containers must have the same type
     and length; everything else must be of the same type and equal.
-
-    Example:
-        >>> import torch
-        >>> from opclass._harness import diff, observe
-        >>> x = torch.ones(2)
-        >>> diff(observe(torch.neg, (x,), {}), observe(torch.neg, (x.clone(),), {})) is None
-        True
-        >>> print(diff(observe(torch.neg, (x,), {}), observe(torch.abs, (x.clone(),), {})))
-        .output.values: values differ
-        tensor([-1., -1.])
-        vs
-        tensor([1., 1.])
     """
     if isinstance(a, Tensor) or isinstance(b, Tensor):
         if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
@@ -233,17 +204,6 @@ def call_paths(op_cls: Any) -> dict[str, Callable[..., Any]]:
     ``MyOp(...)`` (the class call, under the active guard), ``MyOp(...) [Python guard]`` (the
     call function the pure-Python guard generates, where the native guard is active and the op
     has a fast path) and ``MyOp.op(...)`` (the dispatcher, as ``torch.ops`` calls it).
-
-    Example:
-        >>> import torch, opclass, opclass.testing
-        >>> class DocsTestingPaths(opclass.CustomOp, name="docs_testing::paths"):
-        ...     @staticmethod
-        ...     def default(x: torch.Tensor) -> torch.Tensor:
-        ...         return x + 1
-        >>> paths = opclass._harness.call_paths(DocsTestingPaths)
-        >>> list(paths)[0], list(paths)[-1]
-        ('DocsTestingPaths(...)', 'DocsTestingPaths.op(...)')
-        >>> opclass.remove(DocsTestingPaths)
     """
     record = op_cls.record
     name = getattr(op_cls, "__name__", "MyOp")

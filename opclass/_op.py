@@ -1,16 +1,6 @@
 """``CustomOp``: the base class users subclass, with the documented hook stubs; ``OpMeta``, whose
-call is the op's call; and the walk of a class statement, from the class to its call.
-
-Example:
-    >>> import torch, opclass
-    >>> class DocsOpNeg(opclass.CustomOp, name="docs_op::neg"):
-    ...     @staticmethod
-    ...     def default(x: torch.Tensor) -> torch.Tensor:
-    ...         return -x
-    >>> DocsOpNeg(torch.ones(1)), DocsOpNeg.qualname
-    (tensor([-1.]), 'docs_op::neg')
-    >>> opclass.remove(DocsOpNeg)
-"""
+call is the op's call; and :func:`_define`, the walk of a class statement from the class to its
+call (examples: on the classes)."""
 
 from __future__ import annotations
 
@@ -22,6 +12,7 @@ from opclass.callpath import classcall, dynamo
 from opclass.core import memo, native
 from opclass.core.shield import shield
 from opclass.define.builder import OpBuilder
+from opclass.define.hookspec import hooks
 from opclass.hooks.builtin import register_builtin_hooks
 from opclass.install import record as records
 from opclass.install.record import OpRecord
@@ -238,87 +229,6 @@ class CustomOp(metaclass=OpMeta):
         given = {"name": name, "namespace": namespace, "mutates_args": mutates_args, "schema": schema, "tags": tags, "existing": existing}
         _define(cls, given, unknown)
 
-    if not TYPE_CHECKING:
-        # Runtime-only documentation stubs: declared to type checkers they would give every
-        # subclass a `default` and so match the first OpMeta.__call__ overload with `...`.
-
-        @staticmethod
-        @_stub
-        def default(*args, **kwargs):
-            """Kernel for every device type (registered as CompositeExplicitAutograd).
-
-            Takes the op's arguments; a device-specific hook (``cpu``, ``cuda``...) wins over it.
-            """
-            raise NotImplementedError
-
-        @staticmethod
-        @_stub
-        def cpu(*args, **kwargs):
-            """Kernel for CPU tensors. Other device types work the same way by name: ``cuda``,
-            ``mps``, ``xpu``, ``hpu``, ``mtia``, ``xla``, ``ipu``, ``maia``, ``hip``, ``privateuseone``."""
-            raise NotImplementedError
-
-        @staticmethod
-        @_stub
-        def cuda(*args, **kwargs):
-            """Kernel for CUDA tensors."""
-            raise NotImplementedError
-
-        @staticmethod
-        @_stub
-        def abstract(*args, **kwargs):
-            """Fake kernel: output metadata (shape, dtype, strides) without reading data.
-
-            Needed for torch.compile, torch.export and FakeTensor. ``torch.library.get_ctx()``
-            works inside it for data-dependent sizes. Generated when the op returns nothing or
-            is tagged ``Tag.inplace`` / ``Tag.out``.
-            """
-            raise NotImplementedError
-
-        @staticmethod
-        @_stub
-        def setup_context(ctx, inputs, output):
-            """Save what ``backward`` needs: ``ctx.save_for_backward(...)``, ``ctx.attr = ...``.
-
-            ``inputs`` holds every positional argument (defaults filled in). Ops with
-            keyword-only arguments use ``setup_context(ctx, inputs, keyword_only_inputs, output)``.
-            """
-            raise NotImplementedError
-
-        @staticmethod
-        @_stub
-        def backward(ctx, *grads):
-            """Gradients of the inputs given gradients of the outputs (one per positional input;
-            ``None`` for non-Tensor inputs). Needs ``setup_context``."""
-            raise NotImplementedError
-
-        @staticmethod
-        @_stub
-        def vmap(info, in_dims, *args):
-            """Batching rule for ``torch.vmap``: return ``(output, out_dims)``; see
-            ``torch.library.register_vmap``."""
-            raise NotImplementedError
-
-        @staticmethod
-        @_stub
-        def sharding(*args, **kwargs):
-            """DTensor sharding strategies: takes the op's arguments (Tensors arrive as DTensor's
-            spec objects) and returns ``[(output placements, input placements), ...]``; see
-            ``torch.distributed.tensor.experimental.register_sharding``."""
-            raise NotImplementedError
-
-        @staticmethod
-        @_stub
-        def samples():
-            """Representative inputs for tests: takes no arguments and returns (or yields)
-            :class:`opclass.testing.Sample` objects or plain tuples of arguments.
-
-            Metadata only (nothing is registered, calls never read it):
-            :func:`opclass.testing.check_op` and :func:`opclass.testing.parametrize_samples` run
-            ``opcheck``, ``gradcheck`` and the fast-path check on them.
-            """
-            raise NotImplementedError
-
 
 def _define(cls: type, given: dict[str, Any], unknown: dict[str, Any]) -> None:
     """A class statement, top to bottom: collect -> validate -> spec -> install -> class call."""
@@ -333,6 +243,22 @@ def _define(cls: type, given: dict[str, Any], unknown: dict[str, Any]) -> None:
     classcall.describe(cls, spec)  # class call: signature and docstring
 
 
+def _stubs() -> None:
+    """Each built-in static hook as a documentation stub on ``CustomOp`` (``help(CustomOp.cpu)``,
+    the API page), its doc the hook's own; a stub never counts as a defined hook. Runtime only:
+    declared to type checkers, every subclass would seem to have every kernel."""
+    for name, hook in hooks().items():
+        if hook.staticmethod:
+
+            def stub(*args: Any, **kwargs: Any) -> Any:
+                raise NotImplementedError
+
+            stub.__name__, stub.__qualname__ = name, f"CustomOp.{name}"
+            stub.__doc__ = f"The ``{name}`` hook: {hook.doc}. The hooks table (docs/guide/hooks.md) says what it registers."
+            setattr(CustomOp, name, staticmethod(_stub(stub)))
+
+
 # Here, not in the package's __init__ (which imports nothing, for opclass.mypy): any op class needs
 # this module, so the built-in hooks are registered, first, whichever way opclass is entered.
 register_builtin_hooks()
+_stubs()

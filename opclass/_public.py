@@ -1,8 +1,5 @@
-"""Every public name of opclass, imported together; ``opclass/__init__.py`` re-exports them.
-
-They come with torch; importing ``_op`` registers the built-in hooks. ``opclass`` imports this
-module when a public name is first used, not when ``opclass`` itself is imported, so that
-``import opclass.mypy`` (which mypy does in every run) does not import torch.
+"""Every public name of opclass, imported together: ``opclass`` imports this module when a public
+name is first used, so that ``import opclass.mypy`` (every mypy run) does not import torch.
 
 Example:
     >>> from opclass import _public

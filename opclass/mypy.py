@@ -1,18 +1,11 @@
 """mypy plugin: calling an op class is type-checked against the op's signature.
 
-Enable it in ``mypy.ini`` (or ``[tool.mypy]`` in ``pyproject.toml``)::
-
-    [mypy]
-    plugins = opclass.mypy
-
-mypy ignores a metaclass ``__call__`` (python/mypy#8595), so without help it sees ``MyOp(x)``
-as ``CustomOp.__new__``: any arguments, result ``Any``. For every ``CustomOp`` subclass, direct or
-through intermediate bases, this plugin gives the class a ``__new__`` with the op's signature,
-taken from the same place the runtime takes it: an annotated kernel (``default``, a device
-kernel such as ``cpu``, or ``abstract``; the class's own before inherited ones), else the
-``schema=`` class keyword, else what the class inherits. The method is stored in mypy's cache
-like any other, so incremental runs keep it. Calling an abstract op base (no kernel) is an error,
-as it is at runtime.
+Enable it with ``plugins = opclass.mypy`` in ``mypy.ini`` (or ``[tool.mypy]``). mypy ignores a
+metaclass ``__call__`` (python/mypy#8595) and would see ``MyOp(x)`` as ``CustomOp.__new__`` (any
+arguments, result ``Any``): the plugin gives every ``CustomOp`` subclass a ``__new__`` with the
+op's signature, taken where the runtime takes it (an annotated kernel, the class's own first,
+else ``schema=``, else the inherited one), kept in mypy's cache like any method. Calling an
+abstract op base (no kernel) is an error, as at runtime.
 
 Example:
     >>> from opclass.mypy import plugin

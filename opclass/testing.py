@@ -1,55 +1,20 @@
 """Test helpers for ops defined with opclass: PyTorch's own checks, run on an op's sample inputs.
 
 An op lists representative inputs in its ``samples()`` hook (or a test passes them), and
-:func:`check_op` runs, for each one:
-
-* the mutation check: the kernel writes to no Tensor argument that ``mutates_args`` does not
-  declare (version counters before and after one call; the error names the argument and the fix);
-* ``torch.library.opcheck`` (schema, autograd registration, fake kernel, AOT dispatch);
-* ``torch.autograd.gradcheck`` when the op has a ``backward``;
-* the fast-path check: every path of :func:`call_paths` (``MyOp(*args)``; the Python guard's call
-  where the native guard is active; ``MyOp.op(*args)``, the dispatcher) is indistinguishable, as
-  :func:`observe` and :func:`diff` see calls: outputs and result types, mutations, version
-  counters, ``grad_fn``, gradients and errors. The same comparator checks opclass itself.
-  ``repr(MyOp.record)`` says whether the op has a fast path, and why not.
-
-A failure raises ``AssertionError`` naming the op, the sample and the check. With pytest,
-:func:`parametrize_samples` makes one test case per sample. Import it as ``import opclass.testing``
-(``import opclass`` does not load it).
-
-Example:
-    >>> import torch, opclass, opclass.testing
-    >>> from torch import Tensor
-    >>> from opclass.testing import Sample
-    >>> class DocsTestingCube(opclass.CustomOp, name="docs_testing::cube"):
-    ...     @staticmethod
-    ...     def default(x: Tensor) -> Tensor:
-    ...         return x ** 3
-    ...     @staticmethod
-    ...     def abstract(x: Tensor) -> Tensor:
-    ...         return torch.empty_like(x)
-    ...     @staticmethod
-    ...     def setup_context(ctx, inputs, output):
-    ...         ctx.save_for_backward(inputs[0])
-    ...     @staticmethod
-    ...     def backward(ctx, grad):
-    ...         (x,) = ctx.saved_tensors
-    ...         return 3 * x * x * grad
-    ...     @staticmethod
-    ...     def samples():
-    ...         yield Sample((torch.randn(3, requires_grad=True),), name="vector")
-    ...         yield (torch.randn(()),)
-    >>> opclass.testing.check_op(DocsTestingCube)
-    >>> opclass.remove(DocsTestingCube)
+:func:`check_op` runs, for each one: the mutation check (the kernel writes to no Tensor argument
+that ``mutates_args`` does not declare), ``torch.library.opcheck``, ``torch.autograd.gradcheck``
+when the op has a ``backward``, and the fast-path check (the class call, the Python guard's call
+where the native guard is active, and the dispatcher are indistinguishable: outputs and result
+types, mutations, version counters, ``grad_fn``, gradients and errors). A failure raises
+``AssertionError`` naming the op, the sample and the check; :func:`parametrize_samples` makes
+one pytest case per sample. Import it as ``import opclass.testing`` (``import opclass`` does not
+load it). Examples: on each function.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import re
-import warnings
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -322,10 +287,9 @@ def check_sample(
 
     Example:
         >>> import torch, opclass, opclass.testing
-        >>> from torch import Tensor
         >>> class DocsTestingAddInto(opclass.CustomOp, name="docs_testing::add_into", mutates_args=("x",)):
         ...     @staticmethod
-        ...     def default(x: Tensor, y: Tensor) -> None:
+        ...     def default(x: torch.Tensor, y: torch.Tensor) -> None:
         ...         x.add_(y)
         >>> opclass.testing.check_sample(DocsTestingAddInto, (torch.zeros(3), torch.ones(3)))
         >>> opclass.remove(DocsTestingAddInto)
@@ -345,12 +309,9 @@ def check_op(
     test_utils: Sequence[str] | None = None,
 ) -> None:
     """Check an op on each of its samples: undeclared mutations, opcheck, gradcheck and fast path
-    vs dispatcher.
-
-    Every check gets its own copies of the sample's Tensors, so samples can be reused and ops
-    that mutate their inputs are checked from the same starting values. The mutation check
-    always runs first: one call through the dispatcher, failing when the kernel moved the version
-    counter of a Tensor argument that ``mutates_args`` does not name.
+    vs dispatcher, each on its own copies of the sample's Tensors. The mutation check runs first:
+    one call through the dispatcher, failing when the kernel moved the version counter of a
+    Tensor argument that ``mutates_args`` does not name.
 
     Args:
         op_cls: the op class (a concrete ``CustomOp`` subclass).
@@ -362,11 +323,10 @@ def check_op(
             those with ``requires_grad=True`` (if none has it: every positional one); samples
             without floating-point Tensors are skipped.
         fast_path: call the op every way it can be called (the class call, the Python guard's
-            call function where the native guard is active, and ``op_cls.op(*args, **kwargs)``,
-            the dispatcher) on independent copies and compare what is observable: the exception (type and message) or the output (container
-            and result types, dtype, shape, strides, ``requires_grad``, ``grad_fn``, version
-            counter, values, which output is an input), what ``backward`` does, the inputs
-            afterwards (values, version counters) and their gradients.
+            call function where the native guard is active, and ``op_cls.op``, the dispatcher)
+            on independent copies and compare the exception or the output (types, metadata,
+            ``grad_fn``, version counters, values, which output is an input), what ``backward``
+            does, the inputs afterwards and their gradients.
         test_utils: the opcheck test utils; default all four, without ``test_faketensor`` and
             ``test_aot_dispatch_dynamic`` when the op has no fake kernel (no ``abstract``, no
             ``default``, and none that opclass generates).
@@ -378,17 +338,10 @@ def check_op(
 
     Example:
         >>> import torch, opclass, opclass.testing
-        >>> from torch import Tensor
-        >>> class DocsTestingHalve(opclass.CustomOp, name="docs_testing::halve"):
-        ...     @staticmethod
-        ...     def default(x: Tensor) -> Tensor:
-        ...         return x / 2
-        ...     @staticmethod
-        ...     def setup_context(ctx, inputs, output):
-        ...         pass
-        ...     @staticmethod
-        ...     def backward(ctx, grad):
-        ...         return grad  # wrong: should be grad / 2
+        >>> class DocsTestingHalve(opclass.CustomOp, name="docs_testing::halve", schema="(Tensor x) -> Tensor"):
+        ...     default = staticmethod(lambda x: x / 2)
+        ...     setup_context = staticmethod(lambda ctx, inputs, output: None)
+        ...     backward = staticmethod(lambda ctx, grad: grad)  # wrong: should be grad / 2
         >>> opclass.testing.check_op(DocsTestingHalve, [(torch.randn(3),)], opcheck=False)
         Traceback (most recent call last):
         ...
@@ -401,28 +354,16 @@ def check_op(
 
 
 def parametrize_samples(*op_classes: Any) -> pytest.MarkDecorator:
-    """A ``pytest.mark.parametrize`` over every ``(op, sample)`` pair of the given op classes.
-
-    The test function takes the arguments ``op`` and ``sample``; the ids read
-    ``"mylib::op[name]"`` (the index for unnamed samples, which also get it as their name).
-    The samples come from each op's ``samples()`` hook when the module is collected.
-
-    .. code-block:: python
-
-        @opclass.testing.parametrize_samples(MyOp, OtherOp)
-        def test_ops(op, sample):
-            opclass.testing.check_sample(op, sample)
+    """A ``pytest.mark.parametrize`` over every ``(op, sample)`` pair of the given op classes, for
+    ``def test_ops(op, sample): opclass.testing.check_sample(op, sample)``. The ids read
+    ``"mylib::op[name]"`` (unnamed samples get their index as name); the samples come from each
+    op's ``samples()`` hook when the module is collected.
 
     Example:
         >>> import torch, opclass, opclass.testing
-        >>> from torch import Tensor
-        >>> class DocsTestingNeg(opclass.CustomOp, name="docs_testing::neg"):
-        ...     @staticmethod
-        ...     def default(x: Tensor) -> Tensor:
-        ...         return -x
-        ...     @staticmethod
-        ...     def samples():
-        ...         return [opclass.testing.Sample((torch.ones(2),), name="ones"), (torch.zeros(()),)]
+        >>> class DocsTestingNeg(opclass.CustomOp, name="docs_testing::neg", schema="(Tensor x) -> Tensor"):
+        ...     default = staticmethod(lambda x: -x)
+        ...     samples = staticmethod(lambda: [opclass.testing.Sample((torch.ones(2),), name="ones"), (torch.zeros(()),)])
         >>> mark = opclass.testing.parametrize_samples(DocsTestingNeg)
         >>> [param.id for param in mark.args[1]]
         ['docs_testing::neg[ones]', 'docs_testing::neg[1]']

@@ -10,15 +10,13 @@
   (:func:`~opclass.callpath.source.c_entry`).
 
 Example:
-    >>> import inspect, torch, opclass
+    >>> import inspect, opclass
     >>> from opclass.callpath.classcall import call_function
-    >>> class DocsCallNeg(opclass.CustomOp, name="docs_call::neg"):
-    ...     @staticmethod
-    ...     def default(x: torch.Tensor) -> torch.Tensor:
-    ...         return -x
-    >>> inspect.getsource(call_function(DocsCallNeg)).split()[:2]
-    ['def', 'DocsCallNeg(x):']
-    >>> opclass.remove(DocsCallNeg)
+    >>> class DocsCall(opclass.CustomOp, name="docs_call::f", schema="(Tensor x) -> Tensor"):
+    ...     cpu = staticmethod(lambda x: x)
+    >>> inspect.getsource(call_function(DocsCall)).split()[:2]
+    ['def', 'DocsCall(x):']
+    >>> opclass.remove(DocsCall)
 """
 
 from __future__ import annotations
@@ -172,10 +170,8 @@ def _switch_live_classes(activate: Callable[[], None]) -> int:
 
 
 def remove(op: Any) -> None:
-    """Remove an op's registrations: the op is gone from ``torch.ops`` and its class stops working.
-
-    Takes the op class or its qualified name. Use it in tests and notebooks; redefining a class
-    with the same name already replaces the old op without it.
+    """Remove an op's registrations (takes the op class or its qualified name): the op is gone from
+    ``torch.ops`` and its class stops working. Redefining a class replaces its op without it.
 
     Example:
         >>> import torch, opclass

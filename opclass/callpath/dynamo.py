@@ -1,34 +1,20 @@
 """torch.compile sees a call of an op class as a call of its ``OpOverload``: one node, traced as cheaply.
 
-Dynamo ignores a metaclass ``__call__`` (and ``OpMeta``'s C vectorcall): left alone, it traces
-``MyOp(x)`` as an instantiation, through ``cls.__new__`` and then ``__init__``, inlining them on
-every call. Here dynamo is taught to read ``MyOp(...)`` as ``MyOp._opclass_op(...)``, which is
-what it does for ``torch.ops.ns.name.default(...)``: the graph gets the same node
-(``torch.ops.ns.name.default``) and nothing is inlined, whatever ``__new__`` an op class has.
+Dynamo ignores a metaclass ``__call__`` (and ``OpMeta``'s C vectorcall) and would trace
+``MyOp(x)`` as an instantiation, inlining ``__new__`` on every call. It is taught to read
+``MyOp(...)`` as ``MyOp._opclass_op(...)``, as it reads ``torch.ops.ns.name.default(...)``.
 
-Mechanism, and why this one. torch has no public way to make a class call trace as another
-callable: ``torch.compiler.allow_in_graph(MyOp)`` puts the class itself in the graph (export and
-inductor would see ``MyOp``, not the op), and ``torch.compiler.substitute_in_graph`` takes
-functions only (and would still inline a polyfill per call). What dynamo does offer is the table
-``VariableBuilder._type_dispatch()``: the exact type of a value to the function that wraps it in a
-``VariableTracker``. ``substitute_in_graph`` itself writes to its sibling table (``_id_dispatch``);
-both exist with the same shape, and are read the same way, in torch 2.11 to 2.15. ``OpMeta``
-gets an entry whose wrapper runs dynamo's own wrapping for a class (so guards, side-effect
-tracking and attribute reads stay exactly as dynamo does them in each torch version) and only
-then changes the class of the result to :class:`OpClassVariable`, whose ``call_function`` calls
-the op's variable. When the table is missing or shaped differently (a torch outside 2.11..2.15),
-nothing is registered and class calls trace as before, through ``__new__``.
+torch has no public way to make a class call trace as another callable (``allow_in_graph`` puts
+the class in the graph; ``substitute_in_graph`` takes functions only). Dynamo's exact-type table
+``VariableBuilder._type_dispatch()`` (the same in torch 2.11 to 2.15) gets an entry for
+``OpMeta`` that runs dynamo's own wrapping for a class, so guards and attribute reads stay
+dynamo's, and then makes the result an :class:`OpClassVariable`, whose ``call_function`` calls
+the op's variable. Without the table, class calls trace through ``__new__`` as before.
 
-Correctness guards: the op is read through ``AttrSource(MyOp, "_opclass_op")``, so the compiled
-code is guarded on it as on any attribute; ``opclass.remove`` (and redefining the class) sets it
-to ``None``, the guard fails, and the retrace takes dynamo's usual path (the retired class's call
-redirects to the live op). Abstract bases (``_opclass_op`` is ``None``) also take that path and
-raise the eager ``TypeError``. Classes reached without a source (made inside the compiled
-function) also keep dynamo's usual path.
-
-Importing ``torch._dynamo`` is dear, so nothing here imports it: when it is already imported the
-registration happens at once, otherwise right after ``torch._dynamo`` finishes importing (e.g.
-inside the first ``torch.compile``; :mod:`opclass.core.after_import`).
+The op is read through ``AttrSource(MyOp, "_opclass_op")``, so compiled code is guarded on it:
+removing or redefining the class sets it to ``None`` and the retrace takes dynamo's usual path
+(the retired class redirects to the live op), as do abstract bases and classes without a source.
+Registration waits until ``torch._dynamo`` is imported (:mod:`opclass.core.after_import`).
 """
 
 from __future__ import annotations

@@ -1,34 +1,22 @@
-"""The pure-Python guard's per-op cache of plain argument sets, checked in one C call.
+"""The pure-Python guard's per-op records of plain argument sets, checked in one C call.
 
-Reading one Tensor's dispatch key set from Python (``_C._dispatch_keys`` plus ``raw_repr``) costs
-more than the dispatcher spends on it, so checking every Tensor of every call would be slower
-than the dispatcher from a handful of Tensors on (figures: docs/performance.md). Instead, the first call with a given set of argument kinds runs the
-exact check (:func:`exact_code`: every Tensor's type and key set, thread-local state), and if
-the call is plain, records a check for calls like it. The record is torch's own C Tensor check
-(``torch._C._dynamo.guards.TensorGuards``, what compiled code runs to decide it may reuse a
-graph; part of torch's C extension, so using it imports no ``torch._dynamo``): one call compares
-each Tensor's exact Python type, dispatch key set (with the thread-local included and excluded
-keys applied), dtype, device and ``requires_grad`` against the recorded ones, with sizes and
-strides left free.
+Reading each Tensor's dispatch key set from Python would cost more than the dispatcher itself
+from a handful of Tensors on. Instead, the first call with a given set of argument kinds runs
+the exact check (:func:`exact_code`: every Tensor's type and key set, thread-local state) and,
+if the call is plain, records a check for calls like it: torch's own C Tensor check
+(``torch._C._dynamo.guards.TensorGuards``, part of torch's C extension, so no ``torch._dynamo``
+import), which compares each Tensor's exact type, dispatch key set (thread-local included and
+excluded keys applied), dtype, device and ``requires_grad`` with the recorded ones, sizes and
+strides left free. A hit proves the dispatcher would make the recorded decision. What a key set
+cannot show (TorchFunctionMode, the profiler, forward AD, dispatch modes' Python keys, the
+Python dispatcher, jit tracing) the generated call checks on every call; :func:`_self_test`
+checks that the other included keys do show.
 
-A hit therefore proves every Tensor has the key set, device and ``requires_grad`` that the exact
-check accepted, under the same effective dispatch keys: the dispatcher would make the same
-choice, so the recorded decision (device, whether grad may be needed) still holds. What a
-Tensor's key set cannot show (TorchFunctionMode, the profiler, forward AD) the generated call
-checks on every call.
-
-Thread-local *included* keys show in the compared key sets, except three that the generated call
-checks itself on every call (dispatch modes' Python keys, which TensorGuards leaves out by design;
-the Python dispatcher; jit tracing); :func:`_self_test` checks that the rest do show.
-
-Each op keeps the two most recent records. Calls that keep missing (argument kinds that change
-on every call) stop adding records after :data:`MAX_RECORDS`, and from :data:`HAND_OVER` Tensors
-on a miss goes straight to the dispatcher, which is cheaper than the exact check there.
-
-If ``TensorGuards`` is missing or does not behave as :func:`_self_test` expects (a future torch),
-nothing is recorded and every call runs the exact check: slower, same decisions. The self-test
-runs once per process, on a thread of its own started by the first miss; until it is over, misses
-run the exact check and record nothing, so no call waits for it (:func:`factory`).
+Each op keeps its two latest records. Calls that keep missing stop recording after
+:data:`MAX_RECORDS`, and from :data:`HAND_OVER` Tensors such a miss goes to the dispatcher. If
+``TensorGuards`` is missing or fails the self-test (a future torch), every call runs the exact
+check: slower, same decisions. The self-test runs once, on its own thread started by the first
+miss; until it is over misses record nothing, so no call waits for it (:func:`factory`).
 
 Example:
     >>> from opclass.callpath import pyguard

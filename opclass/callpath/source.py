@@ -1,18 +1,12 @@
 """Source of an op class's call function: its exact parameters, cheap guards for "plain eager",
 then the kernel; anything else calls the op, exactly as ``torch.ops.ns.op`` does.
 
-Guards, in order of cost:
-  global  no TorchFunctionMode (this covers ``torch.device`` contexts), no Python dispatch key in
-          TLS (every TorchDispatchMode, FakeTensorMode, proxy/functional modes), no functorch
-          transform, no jit tracing, profiler off, no forward-AD level, autocast off when the op
-          has an autocast rule;
-  types   every Tensor argument exactly ``torch.Tensor`` or ``nn.Parameter``; non-Tensor
-          arguments of the exact Python type the dispatcher would hand the kernel;
-  device  every Tensor on the device of the first one, which has a kernel (cpu, cuda);
-  plain   strided layout, no conjugate or negative bit.
-
-The Tensor checks are one C call: the native guard's, or with the Python guard torch's Tensor
-check against the op's recorded plain calls (:mod:`opclass.callpath.pyguard`).
+The guards: no TorchFunctionMode, no Python dispatch key in TLS (every TorchDispatchMode), no
+functorch transform, no jit tracing, profiler off, no forward-AD level, autocast off where the
+op has an autocast kernel; every Tensor exactly ``torch.Tensor`` or ``nn.Parameter``, dense,
+without conjugate or negative bit, on the first one's device, which has a kernel; every other
+argument of the exact Python type the dispatcher would hand the kernel. The Tensor checks are
+one C call: the native guard's, or the recorded checks of :mod:`opclass.callpath.pyguard`.
 
 Names in generated code (closure values unless said otherwise): ``_op`` the op's C callable;
 ``_u_<device>`` the user's kernel, ``_k_<device>`` the same checked by the output contract,
@@ -24,16 +18,9 @@ Locals: ``_g`` / ``_c`` the guard's code, ``_e`` a record, ``_f`` the freshness,
 result, ``_a`` / ``_k`` extra positional / keyword arguments, ``_v`` their merge.
 
 Example:
-    >>> import torch, opclass
-    >>> from opclass.callpath.source import call_source
-    >>> class DocsSourceNeg(opclass.CustomOp, name="docs_source::neg"):
-    ...     @staticmethod
-    ...     def default(x: torch.Tensor) -> torch.Tensor:
-    ...         return -x
-    >>> text, closure = call_source(DocsSourceNeg.record, "neg", guard="native", as_new=False)
-    >>> text.splitlines()[0], "_op" in closure
-    ('def neg(x):', True)
-    >>> opclass.remove(DocsSourceNeg)
+    >>> from opclass.callpath.source import merge_keywords
+    >>> merge_keywords((), {"y": 2}, (1, pyguard.MISSING), ("x", "y"))  # the Python guard's keywords
+    (1, 2)
 """
 
 from __future__ import annotations

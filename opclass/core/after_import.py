@@ -1,10 +1,9 @@
-"""Run code right after a heavy torch module is imported, by whoever imports it.
+"""Run code right after a module is imported, by whoever imports it.
 
-Importing ``torch._dynamo`` (about a second) or ``torch.distributed.tensor`` (half a second) at
-op definition is too dear, yet an op must be known to them once they are there. A finder on
-``sys.meta_path`` watches for the module, lets the other finders find it, and wraps that
-loader's ``exec_module`` for this one import; the module keeps its own loader and spec. An
-import that fails leaves the callbacks waiting for the next one.
+Importing ``torch._dynamo`` or ``torch.distributed.tensor`` at op definition is too dear, yet an
+op must be known to them once they are there. A finder on ``sys.meta_path`` watches for the
+module, lets the other finders find it, and wraps that loader's ``exec_module`` for this one
+import. An import that fails leaves the callbacks waiting for the next one.
 
 Example:
     >>> from opclass.core import after_import

@@ -1,19 +1,14 @@
 """What the installed torch provides, where releases differ: found out once, by feature, here.
 
-opclass supports torch 2.11 to 2.15 (docs/getting-started.md lists what each lacks). Other modules
-ask this one instead of probing ``torch`` themselves, so a difference between releases is decided
-in one place, by looking for the feature rather than comparing version numbers.
+opclass supports torch 2.11 to 2.15 (docs/getting-started.md lists what each lacks); other
+modules ask this one rather than probing ``torch`` or comparing version numbers.
 
-* ``torch.Tag.inplace`` and ``torch.Tag.out`` (torch 2.13+): ``INPLACE_TAG``/``OUT_TAG`` are None
-  before. A user cannot spell a missing tag, so opclass's inplace/out rules simply never apply
-  there; ops that mutate are defined with ``mutates_args`` alone.
-* Opaque value types (what config objects become): torch 2.12+ takes any class with ``__eq__``
-  and ``__hash__``; torch 2.11 wants it to derive from ``torch._opaque_base.OpaqueBase``, a
-  private class, so opclass offers config objects from 2.12 on (:func:`plain_opaque_values`).
-* DTensor (torch 2.14+) drops the strategies that would place an ``out=`` argument differently
-  from the output by itself, and raises its own error when none is left, before opclass's
-  strategy filter sees them: :func:`dtensor_refused_out` recognises that error, so that the
-  message names the argument on every version.
+* ``torch.Tag.inplace`` / ``torch.Tag.out`` (2.13+): ``INPLACE_TAG``/``OUT_TAG`` are None before,
+  where no user can spell them, so opclass's inplace/out rules never apply there.
+* Opaque value types (config objects): 2.12+ takes a plain class; 2.11 wants a private torch
+  base class, so config objects start at 2.12 (:func:`plain_opaque_values`).
+* DTensor (2.14+) drops strategies that would move an ``out=`` argument itself and raises its own
+  error: :func:`dtensor_refused_out` recognises it, so the message names the argument everywhere.
 
 Example:
     >>> from opclass.core import compat

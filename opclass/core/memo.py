@@ -1,12 +1,13 @@
 """Facts about the user's functions (signature, evaluated annotations), computed once per class
-definition.
+definition: several steps read them, and they are among the dearer parts of a definition.
+Outside :func:`one_definition` every call computes afresh, since a function may change between
+definitions (``__signature__``, ``__annotations__``... are writable).
 
-Defining one op reads each hook's signature and annotations in several places (schema
-derivation, the hooks' checks and installers, the call plan); ``inspect.signature`` and
-evaluating string annotations (``from __future__ import annotations``) are among the dearer
-steps of a definition. Within :func:`one_definition` each fact is computed once per function;
-outside it, every call computes it afresh, since a function may change between definitions
-(``__signature__``, ``__wrapped__``, ``__defaults__``, ``__annotations__`` are writable).
+Example:
+    >>> from opclass.core import memo
+    >>> with memo.one_definition():
+    ...     memo.signature(len) is memo.signature(len)
+    True
 """
 
 from __future__ import annotations

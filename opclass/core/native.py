@@ -1,16 +1,12 @@
 """The optional native guard: a small C++ extension built against the installed torch.
 
-It is built by ``python -m opclass.native`` (the README's set-up commands run it) into a cache
-directory keyed by torch version and source hash, and loaded at import when present. Without it
-(no compiler, another torch, ``OPCLASS_GUARD=python``) opclass uses the pure-Python guard, which
-behaves the same and costs more per call. ``OPCLASS_GUARD=native`` makes a missing build an
-error instead, building it on first use.
-
-Out of the box (``OPCLASS_GUARD=auto`` and no build yet), the first op class defined starts the
-build in a background process (:func:`build_in_background`); import and definitions never wait
-for it. When it succeeds, the guard is loaded and every live op class is switched to it; when it
-fails (no compiler), the Python guard stays and :func:`guard_info` says why.
-``OPCLASS_NATIVE_BUILD=off`` turns the background build off.
+``python -m opclass.native`` (the README's set-up commands run it) builds it into a cache
+directory keyed by Python, torch and source; it is loaded at import when present. Without it
+(no compiler, ``OPCLASS_GUARD=python``) opclass uses the pure-Python guard, which behaves the same
+and costs more per call; ``OPCLASS_GUARD=native`` makes a missing build an error. Out of the box
+(``auto``, no build yet) the first op class defined starts the build in a background process
+that nothing waits for (:func:`build_in_background`; ``OPCLASS_NATIVE_BUILD=off`` turns it off);
+when it succeeds, the live op classes switch to it, else :func:`guard_info` says why not.
 """
 
 from __future__ import annotations
@@ -67,7 +63,7 @@ def _import(path: Path) -> ModuleType:
 
 
 def build(verbose: bool = False) -> Path:
-    """Compile the guard (about 10-30 s once per torch version) and return the library path."""
+    """Compile the guard (once per torch version) and return the library path."""
     from torch.utils.cpp_extension import load  # imported here: it pulls in setuptools
 
     directory = cache_dir()

@@ -1,9 +1,7 @@
 """What the call path knows about each schema type, in one table, and the codes the guards return.
 
-Every reader takes its column from :data:`ARG_TYPES`: the plan asks whether an argument has a
-cheap guard, the source emitter writes the guard and the exact-return test, the native guard's
-spec and the C entry's letters are read off it, and the output contract's exact test too.
-The codes are shared with ``csrc/guard.cpp``, which returns them.
+The plan, the source emitter, the native guard's spec, the C entry and the output contract each
+read their column of :data:`ARG_TYPES`; the codes are shared with ``csrc/guard.cpp``.
 
 Example:
     >>> from opclass.core import types

@@ -39,6 +39,9 @@ namespace {
 using c10::DispatchKey;
 using c10::DispatchKeySet;
 
+// The codes a classification returns, as opclass/core/types.py names them.
+constexpr int kCodeCpu = 1, kCodeCuda = 2, kCodeGrad = 4;
+
 PyTypeObject* parameter_type = nullptr;
 PyObject* fallback = nullptr;  // OpMeta's Python __call__
 PyObject* call_name = nullptr;  // "_opclass_call"
@@ -89,9 +92,9 @@ inline int classify(PyObject* obj, bool* grad) {
   DispatchKeySet ks = t.key_set();
   int device;
   if (ks == kCpu || ks == kCpuInference) {
-    device = 1;
+    device = kCodeCpu;
   } else if (ks == kCuda || ks == kCudaInference) {
-    device = 2;
+    device = kCodeCuda;
   } else {
     return 0;
   }
@@ -196,16 +199,9 @@ int classify_call(const char* spec, PyObject* const* values, Py_ssize_t n) {
   }
   // Exclusion works on functionality bits (inference_mode, AutoDispatchBelowAutograd).
   if (grad && c10::GradMode::is_enabled() && !local.excluded_.has(DispatchKey::AutogradFunctionality)) {
-    return device | 4;
+    return device | kCodeGrad;
   }
   return device;
-}
-
-// autocast_enabled(device: int) -> bool: whether autocast is on for cpu (1) / cuda (2).
-PyObject* autocast_enabled(PyObject* /*self*/, PyObject* arg) {
-  long device = PyLong_AsLong(arg);
-  auto key = device == 1 ? DispatchKey::AutocastCPU : DispatchKey::AutocastCUDA;
-  return PyBool_FromLong(!c10::impl::tls_local_dispatch_key_set().excluded_.has(key));
 }
 
 // A plain Tensor with at most `refs` references, no view, and a storage of its own (set_() can
@@ -301,21 +297,21 @@ PyObject* meta_call(PyObject* cls, PyObject* args, PyObject* kwargs) {
 
 PyObject* fast_name = nullptr;  // "_opclass_fast"
 
-// The whole plain-eager call in C, for simple ops (see _fastpath.c_entry): fast is
+// The whole plain-eager call in C, for simple ops (see callpath/source.py, c_entry): fast is
 // (spec, single, kernel_cpu, kernel_cuda, apply_cpu, apply_cuda, finish). Returns NotImplemented
 // (a new reference) when the generated call function must decide instead.
 PyObject* fast_call(PyObject* fast, const char* spec, PyObject* const* args, Py_ssize_t nargs) {
   int code = classify_call(spec, args, nargs);
-  PyObject* target = code == 1 || code == 2 ? PyTuple_GET_ITEM(fast, code + 1)
-      : code == 5 || code == 6              ? PyTuple_GET_ITEM(fast, code - 1)
-                                            : Py_None;
+  PyObject* target = code == kCodeCpu || code == kCodeCuda                          ? PyTuple_GET_ITEM(fast, code + 1)
+      : code == (kCodeCpu | kCodeGrad) || code == (kCodeCuda | kCodeGrad) ? PyTuple_GET_ITEM(fast, code - 1)
+                                                                          : Py_None;
   if (target == Py_None) {
     Py_RETURN_NOTIMPLEMENTED;
   }
   PyObject* out = PyObject_Vectorcall(target, args, static_cast<size_t>(nargs), nullptr);
   // A fresh Tensor is final only when the plan says the op returns exactly one Tensor; the
-  // Function's forward (code > 4) checked and converted its outputs itself.
-  if (out == nullptr || code > 4 || (PyTuple_GET_ITEM(fast, 1) == Py_True && is_fresh(out, 1))) {
+  // Function's forward (code has kCodeGrad) checked and converted its outputs itself.
+  if (out == nullptr || (code & kCodeGrad) || (PyTuple_GET_ITEM(fast, 1) == Py_True && is_fresh(out, 1))) {
     return out;
   }
   // finish(out, *args): the full aliasing check and the conversion the dispatcher would do.
@@ -431,7 +427,6 @@ PyObject* set_parameter_type(PyObject* /*self*/, PyObject* arg) {
 
 PyMethodDef methods[] = {
     {"guard", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(guard)), METH_FASTCALL, "plain-eager guard"},
-    {"autocast_enabled", autocast_enabled, METH_O, "autocast on for device"},
     {"set_parameter_type", set_parameter_type, METH_O, "register nn.Parameter"},
     {"set_fallback", set_fallback, METH_O, "register OpMeta's Python __call__"},
     {"enable_vectorcall", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(enable_vectorcall)), METH_FASTCALL,

@@ -19,7 +19,7 @@ import inspect
 import sys
 import types
 import typing
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -29,7 +29,7 @@ from opclass.core.compat import plain_opaque_values
 from opclass.errors import format_annotation
 
 # Base Python types and the schema type each becomes.
-_BASE: dict[Any, str] = {
+BASE_TYPES: dict[Any, str] = {
     Tensor: "Tensor",
     int: "SymInt",
     float: "float",
@@ -172,8 +172,8 @@ def _element(ann: Any) -> Any:
 
 
 def _base(ann: Any) -> str | None:
-    if ann in _BASE:
-        return _BASE[ann]
+    if ann in BASE_TYPES:
+        return BASE_TYPES[ann]
     if getattr(ann, "__supertype__", None) is not None:
         # typing.NewType over a supported type, like torch.distributed's GroupName (a str).
         return _base(ann.__supertype__)

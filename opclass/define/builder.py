@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
@@ -224,46 +224,38 @@ class OpBuilder:
             self.fail(None, f"existing=True, but {qualname} is not defined", "define the op first (TORCH_LIBRARY, Library.define, or load its library), or drop existing=True")
         assert schema is not None
         self.schema_text = schemas.schema_text(schema)
-        # Partly annotated hooks are checked by validate_kernels, like any op's.
-        annotated = [h for h, fn in self.defined.items() if self.hooks[h].kernel and _annotations(fn)]
-        self.partial = [h for h in annotated if not schemas.fully_annotated(self.defined[h])]
-        op_tags = schemas.op_tags(qualname)
-        for hook in annotated:
-            if hook in self.partial:
-                continue
-            fn = self.defined[hook]
-            try:
-                text = schemas.derive(fn, tuple(schemas.mutated_names(schema)), op_tags)
-            except SchemaProblem as e:
-                self.fail(hook, e.problem, e.fix, fn)
-            diff = schemas.describe_difference(schema, self._parse(qualname, text, hook))
+        op_tags, mutated = schemas.op_tags(qualname), tuple(schemas.mutated_names(schema))
+        for hook, _, parsed in self.derived(qualname, lambda fn: mutated, op_tags, True):
+            diff = schemas.describe_difference(schema, parsed)
             if diff is not None:
-                self.fail(
-                    hook,
-                    f"disagrees with the existing op {qualname}{self.schema_text} ({diff})",
-                    "annotate it as the op's schema says, or not at all",
-                    fn,
-                )
+                self.fail(hook, f"disagrees with the existing op {qualname}{self.schema_text} ({diff})", "annotate it as the op's schema says, or not at all", self.defined[hook])
         return schema, dataclasses.replace(kw, tags=op_tags)
 
-    def derive_schema(self, kw: Keywords, qualname: str) -> torch._C.FunctionSchema:
-        """The op schema from ``schema=`` and/or the annotated kernels, which must all agree."""
+    def derived(self, qualname: str, mutates: Callable[[Any], Sequence[str]], tags: tuple[torch.Tag, ...], elsewhere: bool) -> list[tuple[str, str, torch._C.FunctionSchema]]:
+        """``(hook, schema text, parsed)`` for each kernel hook whose annotations give a schema.
+
+        A hook annotated in part (``def abstract(x, shape) -> Tensor``) needs the schema from
+        elsewhere (another kernel, ``schema=``, the base class: ``elsewhere``, or the existing op);
+        it goes to ``partial``, whose annotations :meth:`validate_kernels` checks."""
         annotated = [h for h, fn in self.defined.items() if self.hooks[h].kernel and _annotations(fn)]
         complete = [h for h in annotated if schemas.fully_annotated(self.defined[h])]
-        # A hook annotated in part (def abstract(x, shape) -> Tensor) needs a schema from elsewhere;
-        # validate_kernels then checks what it does annotate.
-        self.partial = [h for h in annotated if h not in complete] if complete or kw.schema or self.inherited_schema else []
-        annotated = [h for h in annotated if h not in self.partial]
-        derived: list[tuple[str, str, torch._C.FunctionSchema]] = []
-        for hook in annotated:
+        self.partial = [h for h in annotated if h not in complete] if complete or elsewhere else []
+        found: list[tuple[str, str, torch._C.FunctionSchema]] = []
+        for hook in (h for h in annotated if h not in self.partial):
             fn = self.defined[hook]
             try:
-                text = schemas.derive(fn, schemas.tensor_parameters(fn) if kw.mutates_unknown else kw.mutates_args, kw.tags)
+                text = schemas.derive(fn, mutates(fn), tags)
             except SchemaProblem as e:
                 self.fail(hook, e.problem, e.fix, fn)
             # Kernels annotated alike (cpu and abstract, typically) give the same text: parsed once.
-            same = next((parsed for _, t, parsed in derived if t == text), None)
-            derived.append((hook, text, same if same is not None else self._parse(qualname, text, hook)))
+            same = next((parsed for _, t, parsed in found if t == text), None)
+            found.append((hook, text, same if same is not None else self._parse(qualname, text, hook)))
+        return found
+
+    def derive_schema(self, kw: Keywords, qualname: str) -> torch._C.FunctionSchema:
+        """The op schema from ``schema=`` and/or the annotated kernels, which must all agree."""
+        mutates = schemas.tensor_parameters if kw.mutates_unknown else lambda fn: kw.mutates_args
+        derived = self.derived(qualname, mutates, kw.tags, bool(kw.schema or self.inherited_schema))
         for hook, text, parsed in derived[1:]:
             first_hook, first_text, first = derived[0]
             if text == first_text:

@@ -13,15 +13,14 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import typing
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import torch
-from torch import Tensor
 from torch import _C
 
 from opclass.core import memo
 from opclass.core.compat import tagged_inplace, tagged_out
-from opclass.define.annotations import SchemaProblem, default_text, param_type, resolve_annotations, return_type, suggest_annotation
+from opclass.define.annotations import BASE_TYPES, SchemaProblem, default_text, param_type, resolve_annotations, return_type, suggest_annotation
 
 
 def derive(fn: Any, mutates_args: Sequence[str], tags: Sequence[torch.Tag]) -> str:
@@ -157,18 +156,8 @@ def describe_difference(a: torch._C.FunctionSchema, b: torch._C.FunctionSchema) 
 
 # --------------------------------------------------------------------------- Python side
 
-_PY_TYPES: dict[str, Any] = {
-    "Tensor": Tensor,
-    "int": int,
-    "float": float,
-    "bool": bool,
-    "str": str,
-    "number": torch.types.Number,
-    "ScalarType": torch.dtype,
-    "Device": torch.device,
-    "Layout": torch.layout,
-    "MemoryFormat": torch.memory_format,
-}
+# JIT type (``Argument.real_type``) -> annotation: the annotations table read backwards.
+_PY_TYPES: dict[str, Any] = {{"SymInt": "int", "Scalar": "number"}.get(schema_type, schema_type): ann for ann, schema_type in BASE_TYPES.items()}
 
 
 def _py_type(t: str) -> Any:
@@ -286,11 +275,6 @@ def kernel_signature_problem(fn: Any, schema: torch._C.FunctionSchema) -> str | 
         if a.has_default_value() and p.default is p.empty:
             return f"parameter {p.name!r} needs a default (the schema gives {a.name}={a.default_value!r})"
     return None
-
-
-def dedupe(names: Iterable[str]) -> tuple[str, ...]:
-    """``names`` in order, without repeats."""
-    return tuple(dict.fromkeys(names))
 
 
 def find_schema(qualname: str) -> torch._C.FunctionSchema | None:

@@ -1,14 +1,9 @@
 """What a class statement defines, once validated: the frozen :class:`OpSpec`, and its keywords.
 
 Example:
-    >>> import torch, opclass
-    >>> class DocsSpecNeg(opclass.CustomOp, name="docs_spec::neg"):
-    ...     @staticmethod
-    ...     def default(x: torch.Tensor) -> torch.Tensor:
-    ...         return -x
-    >>> DocsSpecNeg.record.spec.overload_name(), DocsSpecNeg.record.spec.is_functional
-    ('neg', True)
-    >>> opclass.remove(DocsSpecNeg)
+    >>> from opclass.define.spec import Keywords
+    >>> Keywords("ns::op", None, (), None, ()).existing
+    False
 """
 
 from __future__ import annotations

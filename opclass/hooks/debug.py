@@ -1,11 +1,8 @@
-"""Debug mode (``OPCLASS_DEBUG=1``): checks too costly for every call, decided per kernel at install.
-
-With the variable set when an op is defined, each of its device kernels is wrapped to compare
-the version counters of the Tensor arguments the op does not declare in ``mutates_args`` before
-and after the kernel runs: a kernel that writes to one raises, naming the op, the hook and the
-fix. Every call path runs the wrapped kernel (the fast path too), so nothing else changes; an op
-defined without the variable has no wrapper and pays nothing. ``opclass.testing`` runs the same
-comparison in its checks, debug mode or not.
+"""Debug mode (``OPCLASS_DEBUG=1`` when an op is defined): each of its kernels is wrapped to
+compare the version counters of the Tensor arguments the op does not declare in
+``mutates_args`` before and after it runs; a kernel that writes to one raises, naming the op,
+the hook and the fix. Every call path runs the wrapped kernel; an op defined without the
+variable pays nothing. ``opclass.testing`` runs the same comparison, debug mode or not.
 
 Example:
     >>> from opclass.hooks import debug

@@ -1,36 +1,23 @@
 """The ``sharding`` hook: an op's DTensor sharding strategies, through ``register_sharding``.
 
-The user writes ``sharding(x, factor)`` with the op's parameters. DTensor calls it with every
-Tensor argument replaced by its ``DTensorSpec`` (``.placements``, ``.shape``, ``.ndim``...) and
-gets back the acceptable ``(output placements, input placements)`` pairs for one mesh dimension;
-DTensor picks the pair that needs the cheapest redistribution of the inputs, redistributes them,
-runs the op's own kernels on the local shards, and wraps the results.
-
-opclass registers a wrapper of the user's function with
-``torch.distributed.tensor.experimental.register_sharding``, which:
+``sharding(x, factor)`` takes the op's parameters, Tensors replaced by their ``DTensorSpec``, and
+returns the acceptable ``(output placements, input placements)`` pairs; DTensor picks the
+cheapest, redistributes, and runs the op's own kernels on the local shards. The function
+registered with ``torch.distributed.tensor.experimental.register_sharding``:
 
 * passes every argument, defaults included (the dispatcher leaves out arguments equal to their
-  default), positional ones positionally and keyword-only ones by keyword, as the op's kernels
-  get them;
-* checks the returned pairs: one placement per output, one per argument (``None`` for
-  non-Tensors, one per element for a list of Tensors), so that a mistake is an error naming the
-  op rather than a failure deep inside DTensor;
-* *pins* the arguments DTensor must not redistribute: those the op mutates (DTensor would write
-  into a redistributed copy) and keyword-only Tensors (DTensor never redistributes keyword
-  arguments, whatever the chosen strategy says). Strategies that would move them are dropped; if
-  none is left the call fails with an error saying so. Keyword-only Tensors are also made part of
+  default), as the op's kernels get them;
+* checks the returned pairs (one placement per output, one per argument, ``None`` for
+  non-Tensors, one per element of a Tensor list), so a mistake names the op;
+* *pins* what DTensor must not redistribute: the arguments the op mutates (it would write into
+  a copy) and keyword-only Tensors (DTensor never moves keyword arguments): strategies that move
+  them are dropped, and if none is left the call says so. Keyword-only Tensors also join
   DTensor's sharding cache key, which otherwise ignores them.
 
-Importing ``torch.distributed.tensor`` costs about half a second (it imports sympy; it does not
-import ``torch._dynamo``), so defining an op does not import it. The strategy is registered at
-once if DTensor is already imported, and otherwise right after ``torch.distributed.tensor`` is
-imported (:mod:`opclass.core.after_import`); no DTensor can reach the op before that. Without ``torch.distributed``
-(``torch.distributed.is_available()`` is False) there is no DTensor, and the hook installs
-nothing.
-
-Removing or redefining the op takes the strategy out of DTensor's sharding propagator
-(``op_strategy_funcs``, ``op_to_schema_info``) and clears the propagator's caches, which hold the
-old op.
+Importing ``torch.distributed.tensor`` is dear, so a definition does not: the strategy is
+registered once it is imported (:mod:`opclass.core.after_import`), before any DTensor can reach
+the op; without ``torch.distributed`` the hook installs nothing. Removing the op takes the
+strategy out of DTensor's propagator and clears its caches, which hold the old op.
 """
 
 from __future__ import annotations
@@ -317,10 +304,7 @@ def _uninstall_sharding(record: OpRecord, fn: Callable[..., Any]) -> None:
 
 
 def sharding_hook() -> Hook:
-    """The ``sharding`` hook: DTensor sharding strategies, registered with ``register_sharding``.
-
-    ``sharding`` takes the op's parameters (Tensors arrive as DTensor's spec objects) and returns
-    ``[(output placements, input placements), ...]``. See the DTensor guide page.
+    """The ``sharding`` hook (see the module docstring and the DTensor guide page).
 
     Example:
         >>> import opclass

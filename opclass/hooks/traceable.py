@@ -1,27 +1,19 @@
 """Traceable kernels: ``traceable = True`` lets torch.compile trace into an op's kernels.
 
-An op is one opaque node for torch.compile and torch.export. For a kernel that launches Triton
-kernels through ``torch.library.wrap_triton``, that hides the launches from inductor, which could
-otherwise fuse, autotune and schedule them. ``torch.library.triton_op`` solves this for functions;
-this hook does the same for op classes, by the same mechanism:
+An op is one opaque node for torch.compile, which hides the Triton launches of a kernel written
+with ``torch.library.wrap_triton`` from inductor. Like ``torch.library.triton_op``, this hook:
 
-* a rule for ``FunctionalTensorMode`` (registered like a ``torch_dispatch`` hook rule): when
-  AOTAutograd functionalizes a graph, the call runs the kernel under the mode, so the graph gets
-  its torch ops and the ``triton_kernel_wrapper_functional`` nodes ``wrap_triton`` emits.
-  torch.export keeps the op (``decompose_custom_triton_ops`` is off there), as for triton_op;
-* the kernels the dispatcher and the fast path call run with ``wrap_triton`` switched off, so an
-  eager launch goes straight to Triton instead of through the higher-order op. They are
-  re-registered at their own keys and replace the device hooks' kernels in ``record.kernels``,
-  so the call plan keeps its fast path (a Python mode rule is no dispatch key a plain call reaches);
-* without ``abstract``, the traced kernel is also the fake kernel (it is traceable by contract);
-* AOTAutograd's cache finds the Triton kernels the op launches (torch's own source scan, run the
-  first time a cache key needs it), so editing a kernel invalidates cached graphs that call it.
+* registers a ``FunctionalTensorMode`` rule that runs the kernel under the mode, so the graph
+  gets its torch ops and ``triton_kernel_wrapper_functional`` nodes (torch.export keeps the op);
+* re-registers the traced kernels at their own keys, run with ``wrap_triton`` off so eager
+  launches go straight to Triton; they replace the kernel hooks' in ``record.kernels``, so the
+  call plan keeps its fast path;
+* uses the traced kernel as fake kernel when there is no ``abstract``;
+* lets AOTAutograd's cache find the Triton kernels the op launches, so editing one invalidates
+  cached graphs.
 
-A class attribute rather than a class keyword: it is inherited like every hook, validated with
-the schema known, and lives in this module instead of the class builder. A value rather than a
-separate ``triton`` kernel hook: the kernel stays ``cuda`` (or ``default``), so errors name it
-as usual and a kernel becomes traceable by adding one line. ``traceable = ("cuda",)`` traces only
-the kernels that serve those device types, e.g. when the CPU kernel calls NumPy.
+A value, not a kernel hook of its own: the kernel stays ``cuda`` (or ``default``), errors name
+it as usual, and ``traceable = ("cuda",)`` traces only the kernels for those device types.
 """
 
 from __future__ import annotations

@@ -1,20 +1,15 @@
 """The kernels opclass registers for every op, whatever hooks it defines: Autograd,
 ADInplaceOrView (mutable ops), BackendSelect (no Tensor inputs), and the fake kernel of an op
-whose class gives none.
-
-An op defined elsewhere (``existing=True``) gets only what is right for a foreign op: the
-Autograd kernel when the class gives a formula (as ``torch.library.register_autograd``), and
-BackendSelect when the class's own device kernels need one to be reached.
+whose class gives none. An op defined elsewhere gets only the Autograd kernel, with a formula
+(as ``torch.library.register_autograd``), and BackendSelect where its class's kernels need it.
 
 Example:
-    >>> import torch, opclass
-    >>> class DocsCoreFill(opclass.CustomOp, name="docs_core::fill", mutates_args=("x",)):
-    ...     @staticmethod
-    ...     def default(x: torch.Tensor) -> None:
-    ...         x.fill_(1)
-    >>> {"ADInplaceOrView", "Autograd"} <= {r.key for r in DocsCoreFill.record.lib.registrations if r.hook is None}
-    True
-    >>> opclass.remove(DocsCoreFill)
+    >>> import torch
+    >>> from opclass.install.core import bump_mutated
+    >>> x = torch.zeros(2)
+    >>> bump_mutated((x,), {}, (0,), ())
+    >>> x._version
+    1
 """
 
 from __future__ import annotations

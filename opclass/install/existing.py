@@ -1,18 +1,13 @@
 """Extending an op defined elsewhere (``existing=True``): a ``TORCH_LIBRARY`` op from C++, or a
 ``Library("ns", "DEF")`` op from Python.
 
-The class never defines the op. Its install is a ``Library(ns, "FRAGMENT")`` holding only the
-class's own registrations, so removing or redefining the class (``lib._destroy()``) takes away
-exactly what it added: the op, and the kernels it had, stay as they were. The rules, as
-``torch.library.register_fake`` / ``register_autograd`` / ``register_kernel`` apply them:
-
-* the schema is the dispatcher's; the class's annotations, where given, must agree with it;
-* the class may add a kernel only where the op has none: each hook says where its kernels go
-  (``Hook.occupies``), and a kernel the op already has there is never replaced; it is refused
-  at class creation;
-* of opclass's core kernels only the Autograd one is added, and only for a class with an autograd
-  formula; a kernel the op already had is no opclass kernel, so the call plan leaves its device
-  to the dispatcher.
+The install is a ``Library(ns, "FRAGMENT")`` holding only the class's own registrations, so
+removing the class takes away exactly what it added. As ``torch.library.register_fake`` /
+``register_autograd`` / ``register_kernel`` do, the class may add a kernel only where the op has
+none: each hook says where its kernels go (``Hook.occupies``), and a kernel the op already has
+there is refused at class creation, never replaced. Of opclass's core kernels only the Autograd
+one is added, and only with a formula; a device whose kernel is the op's own is left to the
+dispatcher by the call plan.
 
 Example:
     >>> from opclass.install.existing import has_fake

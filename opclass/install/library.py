@@ -4,14 +4,9 @@ Built on ``torch.library.Library`` primitives directly rather than ``torch.libra
 the same safety checks (output aliasing, version bumps, the missing-formula error), fewer layers.
 
 Example:
-    >>> import torch, opclass
-    >>> class DocsLibraryNeg(opclass.CustomOp, name="docs_library::neg"):
-    ...     @staticmethod
-    ...     def default(x: torch.Tensor) -> torch.Tensor:
-    ...         return -x
-    >>> [r.key for r in DocsLibraryNeg.record.lib.registrations][:2]
-    ['CompositeExplicitAutograd', 'Meta']
-    >>> opclass.remove(DocsLibraryNeg)
+    >>> from opclass.install.library import overload
+    >>> overload("aten", "add", "Tensor")
+    <OpOverload(op='aten.add', overload='Tensor')>
 """
 
 from __future__ import annotations

@@ -1,15 +1,13 @@
 """The output contract, written once: what a kernel's result must be, and what it becomes.
 
 Every path that runs a kernel (the checked kernels the dispatcher calls, the Autograd kernel's
-shortcut, the fast path's autograd.Functions, the generated call and the C entry) ends the same
-way: a cheap test that the result is final (one fresh Tensor: :func:`output_is_fresh`, or
-:data:`INLINE_TEST` in generated code), and otherwise :meth:`Contract.finish`, which converts
-the result as the dispatcher would (or raises, naming the op and the hook) and checks that it
-keeps the schema's promises: the declared number of outputs, no alias of an input or of another
-output, an in-place op's first argument, an out= op's out arguments.
-
-The conversion goes through a private companion op ``() -> returns`` whose only kernel hands the
-result back, so torch's own conversion (and its errors) applies.
+shortcut, the fast path's Functions, the generated call, the C entry) ends alike: a cheap test
+that the result is final (one fresh Tensor: :func:`output_is_fresh`, :data:`INLINE_TEST` in
+generated code), else :meth:`Contract.finish`: the dispatcher's conversion (through a companion
+op ``() -> returns`` whose kernel hands the result back, so torch's own conversion and errors
+apply) and the schema's promises (the number of outputs, no alias of an input or another
+output, an in-place op's first argument, an out= op's out arguments), or an error naming the op
+and the hook.
 
 Example:
     >>> import torch

@@ -1,20 +1,6 @@
 """Installing a spec: a fresh :class:`OpRecord` registered with the dispatcher, made the live op
 of its name, or, if anything fails, the dispatcher and the earlier op left as they were.
-
-Example:
-    >>> import torch, opclass
-    >>> class DocsReplaceNeg(opclass.CustomOp, name="docs_replace::neg"):
-    ...     @staticmethod
-    ...     def default(x: torch.Tensor) -> torch.Tensor:
-    ...         return -x
-    >>> first = DocsReplaceNeg.record
-    >>> class DocsReplaceNeg(opclass.CustomOp, name="docs_replace::neg"):  # a notebook cell run again
-    ...     @staticmethod
-    ...     def default(x: torch.Tensor) -> torch.Tensor:
-    ...         return -x
-    >>> first.live, DocsReplaceNeg.record.live
-    (False, True)
-    >>> opclass.remove(DocsReplaceNeg)
+``opclass._op`` calls :func:`replace` for every class statement (its examples show the effect).
 """
 
 from __future__ import annotations
