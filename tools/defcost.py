@@ -80,9 +80,9 @@ def main() -> None:
     if mode == "nocall" or "nocall" in sys.argv[2:]:
         # What a definition costs once the call is built on first use instead (the classes
         # defined this way cannot be called).
-        from opclass.define import builder as _builder
+        from opclass.callpath import classcall
 
-        _builder.install_call = lambda record, cls: None  # type: ignore[assignment]
+        classcall.arm = lambda record, cls: None  # type: ignore[assignment]
     define(-1)
     # n=1000: a longer run, where full collections of the heap recur (each surviving object
     # brings the next one closer): their amortized cost is part of what a definition costs.

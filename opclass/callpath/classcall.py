@@ -14,8 +14,8 @@ Example:
     >>> from opclass.callpath.classcall import call_function
     >>> class DocsCall(opclass.CustomOp, name="docs_call::f", schema="(Tensor x) -> Tensor"):
     ...     cpu = staticmethod(lambda x: x)
-    >>> inspect.getsource(call_function(DocsCall)).split()[:2]
-    ['def', 'DocsCall(x):']
+    >>> inspect.getsource(call_function(DocsCall)).split()[:2] in (["def", "DocsCall(x):"], ["def", "DocsCall(_cls,"])
+    True
     >>> opclass.remove(DocsCall)
 """
 

@@ -185,12 +185,11 @@ def factory(wait: bool = False) -> Callable[[Sequence[Any]], Callable[..., bool]
     """The record maker once its self-test has passed; ``None`` while the self-test runs, or if
     it failed.
 
-    The first call starts the self-test on a thread of its own and does not wait for it (torch
-    makes its first sparse, autocast and inference Tensors in it): misses meanwhile
-    run the exact check and record nothing, which is slower for a few milliseconds and makes the
-    same decisions. The thread also gives the self-test a thread's default state, whatever state
-    (inference_mode, autocast, no_grad, excluded keys) the first call is in. ``wait=True`` blocks
-    until the self-test is over (for tests and tools).
+    The first call starts the self-test on a thread of its own (torch makes its first sparse,
+    autocast and inference Tensors in it) and does not wait: misses meanwhile run the exact check
+    and record nothing, slower but with the same decisions. The thread gives the self-test a
+    thread's default state, whatever state the first call is in. ``wait=True`` blocks until the
+    self-test is over (for tests and tools).
     """
     global _started, _status
     if not _done.is_set():
