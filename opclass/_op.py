@@ -254,7 +254,8 @@ def _stubs() -> None:
                 raise NotImplementedError
 
             stub.__name__, stub.__qualname__ = name, f"CustomOp.{name}"
-            stub.__doc__ = f"The ``{name}`` hook: {hook.doc}. The hooks table (docs/guide/hooks.md) says what it registers."
+            doc = hook.doc.replace("*", "\\*")  # reST: a lone * starts emphasis
+            stub.__doc__ = f"The ``{name}`` hook: {doc}. The hooks table (docs/guide/hooks.md) says what it registers."
             setattr(CustomOp, name, staticmethod(_stub(stub)))
 
 

@@ -82,11 +82,6 @@ class OpSpec:
         """The op mutates nothing (so its outputs must not alias its inputs)."""
         return not self.mutated
 
-    @property
-    def single_tensor(self) -> bool:
-        """The op returns exactly one Tensor and mutates nothing."""
-        return [str(r.real_type) for r in self.schema.returns] == ["Tensor"] and not self.mutated
-
     def overload_name(self) -> str:
         """``name`` or ``name.overload``, as ``Library.define`` wants it."""
         return f"{self.name}.{self.overload}" if self.overload else self.name

@@ -87,7 +87,7 @@ def _check_aliasing(where: str, args: Any, kwargs: Any, result: Any) -> None:
 
 class Contract:
     """The output contract of one op: :meth:`finish` is the whole rule; ``single`` says when a
-    fresh result is final without it (the op returns one Tensor and mutates nothing)."""
+    fresh result is final without it (the op returns one Tensor, not an argument of its own)."""
 
     __slots__ = ("kind", "n_returns", "single", "is_exact", "convert", "outs")
 
@@ -95,7 +95,8 @@ class Contract:
         written = [a for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
         self.kind = "inplace" if tagged_inplace(tags) else "out" if tagged_out(tags) else "functional" if schema.returns else "none"
         self.n_returns = len(schema.returns)
-        self.single = returns_of(schema) == ("Tensor",) and not written
+        # A fresh Tensor cannot alias an input, mutated ones included: final as it is.
+        self.single = self.kind == "functional" and returns_of(schema) == ("Tensor",)
         self.is_exact = exact_predicate(schema)
         self.convert = converter(schema)
         self.outs = tuple(a.name for a in written)

@@ -7,7 +7,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ops import MinMax, NoKernelBase, Scale, ScaleVariant, WeightedSum
+from ops import MinMax, NoKernelBase, Scale, ScaleVariant, ShardingOnlyBase, WeightedSum
 
 x = torch.ones(3)
 
@@ -44,3 +44,6 @@ wrong: Callable[[int], Tensor] = Scale
 # M: error: "NoKernelBase" is an abstract op base (it defines no kernel such as cpu, cuda or default); subclass it and define a kernel to make an op  [misc]
 # P: error: Argument of type "Tensor" cannot be assigned to parameter "_abstract_op_base_has_no_kernel" of type "Never" in function "__call__"  [reportArgumentType]
 NoKernelBase(x)
+# M: error: "ShardingOnlyBase" is an abstract op base (it defines no kernel such as cpu, cuda or default); subclass it and define a kernel to make an op  [misc]
+# P: error: Argument of type "Tensor" cannot be assigned to parameter "_abstract_op_base_has_no_kernel" of type "Never" in function "__call__"  [reportArgumentType]
+ShardingOnlyBase(x)

@@ -70,6 +70,14 @@ class NoKernelBase(CustomOp, namespace="typing_cases"):
     """An abstract op base with no hook at all."""
 
 
+class ShardingOnlyBase(CustomOp, namespace="typing_cases"):
+    """An abstract op base: ``sharding`` is a hook, not a kernel."""
+
+    @staticmethod
+    def sharding(x: Tensor) -> list[tuple[list[None], list[None]]]:
+        return []
+
+
 class SinCpu(SinBase, name="sin_cpu"):
     @staticmethod
     def cpu(x):  # type: ignore[no-untyped-def]
