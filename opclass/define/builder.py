@@ -354,6 +354,8 @@ class OpBuilder:
             mutated=mutated,
             mutated_names=tuple(schema.arguments[i].name for i in mutated),
             existing=kw.existing,
+            is_inplace=tagged_inplace(kw.tags),
+            is_out=tagged_out(kw.tags),
         )
 
     # ------------------------------------------------------------------ the steps, in order

@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 
-from opclass.core.compat import tagged_inplace, tagged_out
 
 __all__ = ["Keywords", "OpSpec"]
 
@@ -66,16 +65,10 @@ class OpSpec:
     mutated_names: tuple[str, ...] = ()
     #: ``existing=True``: the class extends an op defined elsewhere (its install defines nothing).
     existing: bool = False
-
-    @property
-    def is_inplace(self) -> bool:
-        """True for ``Tag.inplace`` ops, which mutate and return their first argument."""
-        return tagged_inplace(self.tags)
-
-    @property
-    def is_out(self) -> bool:
-        """True for ``Tag.out`` ops, which write into keyword-only ``out`` Tensors and return them."""
-        return tagged_out(self.tags)
+    #: Tagged ``Tag.inplace``: the op mutates and returns its first argument.
+    is_inplace: bool = False
+    #: Tagged ``Tag.out``: the op writes into keyword-only ``out`` Tensors and returns them.
+    is_out: bool = False
 
     @property
     def is_functional(self) -> bool:
