@@ -177,8 +177,13 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
     # _any_requires_grad does not look into lists holding None; the guards do.
     optional_lists = tuple(i for i, a in enumerate(record.schema.arguments) if str(a.real_type) == "List[Optional[Tensor]]" and not a.kwarg_only)
 
-    def apply(*args: Any) -> Any:
-        return functions(record).generic.apply(*args)
+    # The Function's apply, looked up once, on the first call that needs it (it is made then).
+    apply: Callable[..., Any] | None = None
+
+    def function_apply() -> Callable[..., Any]:
+        nonlocal apply
+        apply = functions(record).generic.apply
+        return apply
 
     def autograd_kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
         if guard is not None and not kwargs:
@@ -193,7 +198,7 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
                     bump_mutated(args, kwargs, bump_positions, bump_names)
                 return out
             if code & GRAD and functional:
-                return apply(*args, Call(keyset, len(args), ()))
+                return (apply or function_apply())(*args, Call(keyset, len(args), ()))
         if _C.is_grad_enabled() and (
             _C._any_requires_grad(*args, **kwargs) or (optional_lists and _optional_list_requires_grad(args, optional_lists))
         ):
@@ -203,10 +208,10 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
                 check_mutation(record, args, kwargs, bump_positions, bump_names)
             # Under torch.func transforms the Function's forward dispatches the op afresh.
             call_keyset = None if _C._are_functorch_transforms_active() else keyset
-            return apply(*args, *kwargs.values(), Call(call_keyset, len(args), tuple(kwargs)))
+            return (apply or function_apply())(*args, *kwargs.values(), Call(call_keyset, len(args), tuple(kwargs)))
         if functional and _forward_ad._current_level >= 0:
             # Dual tensors need not require grad: let the Function give tangents (or say it cannot).
-            return apply(*args, *kwargs.values(), Call(keyset, len(args), tuple(kwargs)))
+            return (apply or function_apply())(*args, *kwargs.values(), Call(keyset, len(args), tuple(kwargs)))
         kernel = plain.get(keyset.raw_repr())
         if kernel is None:
             with _C._AutoDispatchBelowAutograd():
