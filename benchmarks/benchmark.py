@@ -647,6 +647,8 @@ def print_tables(results: dict[str, dict[str, Any]], min_run_time: float, out: A
         say(f"  guard {results[g]['guard_info']}")
 
     say()
+    for line in _LEGEND:
+        say(line)
     say(f"{'args':>4}  {'scenario':<24} {'impl':<18}" + "".join(f" {g + ' us':>10} {'x direct':>9}" for g in guards))
     for r in first["rows"]:
         line = f"{r['args']:>4}  {r['scenario']:<24} {r['impl']:<18}"
@@ -659,6 +661,8 @@ def print_tables(results: dict[str, dict[str, Any]], min_run_time: float, out: A
 
     if first["targets"]:
         say()
+        say("Targets: the ratio of two rows above (opclass's row / the row it is compared with), against the limit every")
+        say("guard must meet (limit) and the stricter one for the native guard (native); met: yes or NO.")
         say(f"{'target':<44} {'limit':<7} {'native':<7}" + "".join(f" {g + ' ratio':>13} {'met':<4} {'native':<6}" for g in guards))
         for c in first["targets"]:
             native_limit = "" if c["native_limit"] is None else f"<= {c['native_limit']}"
@@ -672,6 +676,21 @@ def print_tables(results: dict[str, dict[str, Any]], min_run_time: float, out: A
     if "scale" in first:
         _print_scale(results, say)
     _print_done(results, say)
+
+
+#: What the first table's rows compare, for a reader who has not read this file.
+_LEGEND = (
+    "Each row: one way to define an op (impl), called one way (scenario), with `args` Tensor arguments; the",
+    "kernel is the same everywhere (it clones its first argument), so the differences are call overhead.",
+    "  impl:     direct = the kernel called as a plain function; define/impl = torch.library.Library define + impl;",
+    "            custom_op = torch.library.custom_op; Function C apply = an autograd.Function's apply, the",
+    "            floor for a call that records grad; MyOp.op = the torch.ops overload; opclass = the class call MyOp(x)",
+    "  scenario: no-grad = no input needs grad; grad = inputs need grad; inference_mode; mutable = the op writes",
+    "            to an argument; guard fails (subclass) = a Tensor subclass, which the dispatcher must handle;",
+    "            torch.ops = each definition called through torch.ops",
+    "  native us, python us: median microseconds per call with that guard (opclass's check that a call is plain)",
+    "  x direct: this row's time / the direct row's time in the same scenario",
+)
 
 
 def _print_scale(results: dict[str, dict[str, Any]], say: Callable[..., None]) -> None:
@@ -742,7 +761,7 @@ def _print_done(results: dict[str, dict[str, Any]], say: Callable[..., None]) ->
     if not checks:
         return
     say()
-    say("targets met")
+    say("targets met: each figure above (and the --scale tables') against its limit for that guard; '-': not measured")
     say(f"{'check':<40}" + "".join(f" {g + ' limit':>14} {'value':>8} {'met':<4}" for g in guards))
     for check in checks:
         line, notes = f"{check:<40}", []

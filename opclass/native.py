@@ -27,12 +27,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="show the compiler's output")
     ns = parser.parse_args(argv)
     if not ns.check:
+        before = _native.built()
+        stamp = before.stat().st_mtime_ns if before is not None else None
         try:
             path = _native.build(verbose=ns.verbose)
         except Exception as e:  # the Python guard still works; say why and do not fail set-up
             print(f"opclass: native guard not built ({type(e).__name__}: {e}); using the Python guard", file=sys.stderr)
             return 0
-        print(f"opclass: native guard built: {path}")
+        # torch's extension loader rebuilds only when the source or flags changed.
+        reused = path == before and path.stat().st_mtime_ns == stamp
+        print(f"opclass: native guard {'up to date (nothing to rebuild)' if reused else 'built'}: {path}")
         _native.load()
     print(f"opclass: guard {_native.guard_info()}")
     return 0

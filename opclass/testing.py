@@ -94,14 +94,14 @@ def _to_sample(value: Any, record: OpRecord, index: int) -> Sample:
     )
 
 
-def _samples(op_cls: Any, samples: Iterable[Sample | tuple[Any, ...]] | None) -> list[Sample]:
+def _samples(op_cls: Any, samples: Iterable[Sample | tuple[Any, ...]] | None, instead: str = "pass samples=[...]") -> list[Sample]:
     record = _record_of(op_cls)
     if samples is None:
         hook = record.samples
         if hook is None:
             raise ValueError(
                 f"{record.qualname} has no samples: define a samples() static method on {record.cls_name} "
-                f"(returning or yielding opclass.testing.Sample objects), or pass samples=[...]"
+                f"(returning or yielding opclass.testing.Sample objects), or {instead}"
             )
         samples = hook()
         if samples is None:
@@ -376,7 +376,8 @@ def parametrize_samples(*op_classes: Any) -> pytest.MarkDecorator:
     params = []
     for op_cls in op_classes:
         record = _record_of(op_cls)
-        for index, sample in enumerate(_samples(op_cls, None)):
+        instead = f"leave {record.cls_name} out here and call opclass.testing.check_op({record.cls_name}, samples=[...]) in a test"
+        for index, sample in enumerate(_samples(op_cls, None, instead)):
             if not sample.name:
                 sample = Sample(sample.args, sample.kwargs, name=str(index))
             params.append(pytest.param(op_cls, sample, id=f"{record.qualname}[{sample.name}]"))

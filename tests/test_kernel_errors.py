@@ -183,10 +183,13 @@ def _state(t: Tensor) -> tuple[Any, ...]:
     return (t.detach().clone(), t._version, t.grad is not None, t.requires_grad, t.is_leaf)
 
 
-def _assert_unchanged(before: tuple[Any, ...], t: Tensor, label: str) -> None:
+def _assert_unchanged(before: tuple[Any, ...], t: Tensor, label: str, written: bool = False) -> None:
+    """Values and autograd state as they were; the version counter moved only for a Tensor the op
+    declares it writes (``written``): a kernel that raises may have written to it already."""
     after = _state(t)
     assert torch.equal(before[0], after[0]), f"{label}: values changed by a failed call"
-    assert before[1:] == after[1:], f"{label}: (version, grad, requires_grad, is_leaf) {before[1:]} -> {after[1:]}"
+    assert before[2:] == after[2:], f"{label}: (grad, requires_grad, is_leaf) {before[2:]} -> {after[2:]}"
+    assert (after[1] > before[1]) == written, f"{label}: version {before[1]} -> {after[1]}"
 
 
 # --------------------------------------------------------------------------- a raising kernel
@@ -207,9 +210,10 @@ def test_kernel_exception_reaches_the_caller(ns: str, op_name: str, path: str, r
     with CONTEXTS[context]():
         e = _raises(fn, x, second, **_kwargs(op_name))
     _assert_user_error(e, "boom from kernel", "cpu")
-    # Nothing written, no version bumped (opclass bumps after the kernel returns), no grad.
+    # Nothing written, no grad; the mutated Tensor's version bumped before the kernel ran, as
+    # custom_op does.
     _assert_unchanged(before[0], x, "x")
-    _assert_unchanged(before[1], second, "out" if op_name == "add_into" else "y")
+    _assert_unchanged(before[1], second, "out" if op_name == "add_into" else "y", written=op_name == "add_into")
 
     x_good = torch.ones(3, requires_grad=requires_grad)
     version = second._version

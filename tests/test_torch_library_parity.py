@@ -310,15 +310,30 @@ def test_backward_may_return_gradients_for_the_passed_arguments_only(ns: str, gr
     op = _scale(ns, grads)
     seen = assert_paths_agree(op, torch.ones(2, requires_grad=True))
     assert seen["grads"][0]["values"].tolist() == [2.0, 2.0]
+    # k equal to its default counts as not passed, as the dispatcher counts it.
+    seen = assert_paths_agree(op, torch.ones(2, requires_grad=True), 2.0)
+    assert seen["grads"][0]["values"].tolist() == [2.0, 2.0]
+    if grads == "all":
+        seen = assert_paths_agree(op, torch.ones(2, requires_grad=True), 3.0)
+        assert seen["grads"][0]["values"].tolist() == [3.0, 3.0]
+
+
+def test_backward_returns_one_gradient_per_argument_passed_or_per_input(ns: str) -> None:
+    """custom_op accepts those two counts; any other is most often a slip in backward."""
+    op = _scale(ns, "passed")  # one gradient, where x and k are passed
     seen = assert_paths_agree(op, torch.ones(2, requires_grad=True), 3.0)
-    assert seen["grads"][0]["values"].tolist() == [3.0, 3.0]
+    assert seen["backward"] == (
+        "RuntimeError",
+        f"{ns}::scale_passed (Scale.backward) returned 1 gradients; expected one per argument passed (2) or one per "
+        "positional input (3): return None for an input with no gradient",
+    )
 
 
 def test_a_missing_gradient_for_an_input_that_needs_one_is_an_error(ns: str) -> None:
     op = _scale(ns, "passed")
     seen = assert_paths_agree(op, torch.ones(2, requires_grad=True), 3.0, torch.ones(2, requires_grad=True))
     assert seen["backward"][0] == "RuntimeError"
-    assert "Scale.backward returned 1 gradients; expected one per positional input (3)" in seen["backward"][1]
+    assert "(Scale.backward) returned 1 gradients; expected one per positional input (3)" in seen["backward"][1]
 
 
 # --------------------------------------------------------------------------- partly annotated hooks

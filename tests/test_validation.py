@@ -844,7 +844,7 @@ def unannotated_abstract_too_few_params(ns: str) -> None:
             return torch.empty_like(x)
 
 
-@case("cpu", "Bad.cpu(x, s): parameter 's' needs a default (the schema gives s=1.0)", "write cpu(x, s=...)")
+@case("cpu", "Bad.cpu(x, s): parameter 's' needs a default (the schema gives s=1.0)", "write cpu(x, s=1.0)")
 def unannotated_kernel_missing_default(ns: str) -> None:
     class Bad(CustomOp, name=f"{ns}::bad", schema="(Tensor x, float s=1.0) -> Tensor"):
         @staticmethod

@@ -285,13 +285,23 @@ class _Body:
         return [f"{ind}return _apply({', '.join(self.positional + self.keywords)}, _Call(None, {len(self.positional)}, {tuple(self.keywords)!r}, _k_{device}))"]
 
     def _kernel_call(self, device: str, ind: str, differentiable: bool = False, bump: str = "not _excluded(_ADIV)", inline_fresh: bool = False) -> list[str]:
-        """Call the kernel, finish its output as the output contract says, bump versions of mutated
-        arguments (after the kernel, as on the dispatcher path), return."""
+        """Bump versions of mutated arguments, call the kernel, finish its output as the output
+        contract says, return."""
         record = self.record
         args = "(" + "".join(f"{n}, " for n in self.positional) + ")"
         kwargs = "{" + ", ".join(f"{k!r}: {k}" for k in self.keywords) + "}"
         finish = f"_out = _finish(_where_{device}, {args}, {kwargs}, _out)"
-        lines = [f"{ind}_out = _u_{device}({self.call_args})"]
+        lines = []
+        if record.mutated:
+            # Before the kernel, as on the dispatcher path: a kernel that raises has still written.
+            mutated = [record.schema.arguments[i] for i in record.mutated]
+            names = ", ".join(a.name for a in mutated) + ("," if len(mutated) == 1 else "")
+            lines.append(f"{ind}if {bump}:")  # _bump skips inference tensors
+            if all(str(a.real_type) == "Tensor" for a in mutated):
+                lines.append(f"{ind}    _bump(({names}))")
+            else:
+                lines.append(f"{ind}    _bump([_t for _v in ({names}) for _t in (_v if type(_v) is list else (_v,)) if _t is not None])")
+        lines.append(f"{ind}_out = _u_{device}({self.call_args})")
         if record.outputs.single:
             # Fresh: a plain Tensor only this frame holds, whose storage nothing else uses.
             if inline_fresh:  # the test raises for an output without storage: not fresh
@@ -304,14 +314,6 @@ class _Body:
         if differentiable:
             self.closure["_check_differentiable"] = record.differentiates_kernel
             lines.append(f"{ind}_check_differentiable(_where_{device}, _out)")
-        if record.mutated:
-            mutated = [record.schema.arguments[i] for i in record.mutated]
-            names = ", ".join(a.name for a in mutated) + ("," if len(mutated) == 1 else "")
-            lines.append(f"{ind}if {bump}:")  # _bump skips inference tensors
-            if all(str(a.real_type) == "Tensor" for a in mutated):
-                lines.append(f"{ind}    _bump(({names}))")
-            else:
-                lines.append(f"{ind}    _bump([_t for _v in ({names}) for _t in (_v if type(_v) is list else (_v,)) if _t is not None])")
         return lines + [f"{ind}return _out"]
 
 

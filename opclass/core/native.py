@@ -62,6 +62,11 @@ def _import(path: Path) -> ModuleType:
     return module
 
 
+def built() -> Path | None:
+    """The native guard's library, if it is built for this torch version."""
+    return _built_library(cache_dir())
+
+
 def build(verbose: bool = False) -> Path:
     """Compile the guard (once per torch version) and return the library path."""
     from torch.utils.cpp_extension import load  # imported here: it pulls in setuptools

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
+from opclass.core import memo
 from opclass.core.compat import tagged_inplace, tagged_out
 from opclass.core.names import CLASS_KEYWORDS
 from opclass.define import schema as schemas
@@ -116,7 +117,9 @@ class OpBuilder:
             if hook is not None:
                 if hook.staticmethod and not isinstance(raw, staticmethod):
                     kind = "a classmethod" if isinstance(raw, classmethod) else "a plain function" if inspect.isfunction(raw) else type(raw).__name__
-                    self.fail(attr, f"hooks are static methods, but this is {kind}", "add @staticmethod above the def", fn)
+                    receiver = _first_parameter(fn) if hook.kernel else None
+                    fix = f"add @staticmethod above the def and drop {receiver!r} (the op's arguments only)" if receiver in ("self", "cls", "ctx") else "add @staticmethod above the def"
+                    self.fail(attr, f"hooks are static methods, but this is {kind}", fix, fn)
                 if hook.staticmethod and not callable(fn):
                     self.fail(attr, f"must be a function, got {fn!r}", "define it with @staticmethod def ...")
                 continue
@@ -317,6 +320,12 @@ class OpBuilder:
                 problem = schemas.kernel_signature_problem(fn, schema)
                 if problem is not None:
                     self.fail(hook, problem, f"write {hook}{_python_params(schema)}", fn)
+            leading = self.hooks[hook].arguments_from
+            if leading is not None:
+                problem = schemas.missing_default(fn, schema, leading)
+                if problem is not None:
+                    first = list(memo.signature(fn).parameters)[:leading]
+                    self.fail(hook, problem, f"write {hook}{_python_params(schema, first)}", fn)
             if hook in self.partial:
                 problem = schemas.annotation_problem(fn, schema)
                 if problem is not None:
@@ -384,16 +393,23 @@ def _unwrap(raw: Any) -> Any:
     return raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
 
 
+def _first_parameter(fn: Any) -> str | None:
+    try:
+        return next(iter(memo.signature(fn).parameters), None)
+    except (TypeError, ValueError):
+        return None
+
+
 def _annotations(fn: Any) -> bool:
     return bool(getattr(fn, "__annotations__", None))
 
 
-def _python_params(schema: torch._C.FunctionSchema) -> str:
-    """``(x, y, *, out)``: the parameter list an unannotated kernel should have."""
-    parts, star = [], False
+def _python_params(schema: torch._C.FunctionSchema, leading: Sequence[str] = ()) -> str:
+    """``(x, y=1.0, *, out)``: the parameter list an unannotated kernel should have (after ``leading``)."""
+    parts, star = list(leading), False
     for a in schema.arguments:
         if a.kwarg_only and not star:
             parts.append("*")
             star = True
-        parts.append(a.name + ("=..." if a.has_default_value() else ""))
+        parts.append(a.name + (f"={a.default_value!r}" if a.has_default_value() else ""))
     return "(" + ", ".join(parts) + ")"

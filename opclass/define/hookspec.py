@@ -84,6 +84,9 @@ class Hook:
             kernel the op already has at one of those keys is never replaced: the class is refused.
         aliases: names people write meaning this hook (``bwd``): a method of that name is
             refused with "did you mean" this hook.
+        arguments_from: the hook's function takes the op's arguments from this parameter on
+            (``vmap``: 2, after ``info`` and ``in_dims``); class creation checks that each one
+            with a schema default has a default there too, as it does for kernels.
 
     Example:
         >>> import opclass
@@ -106,6 +109,7 @@ class Hook:
     uninstall: Callable[["OpRecord", Any], None] | None = None
     occupies: Callable[[Any], Sequence[tuple[Sequence[str], str, str]]] | None = None
     aliases: tuple[str, ...] = ()
+    arguments_from: int | None = None
 
 
 _HOOKS: dict[str, Hook] = {}

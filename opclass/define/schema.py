@@ -36,6 +36,9 @@ def derive(fn: Any, mutates_args: Sequence[str], tags: Sequence[torch.Tag]) -> s
             kind = {p.VAR_POSITIONAL: "*args", p.VAR_KEYWORD: "**kwargs", p.POSITIONAL_ONLY: "positional-only parameters"}[p.kind]
             raise SchemaProblem(name, f"{kind} have no schema form", "list every parameter by name")
         if name not in annotations:
+            receiver = receiver_problem(sig) if idx == 0 else None
+            if receiver is not None:
+                raise SchemaProblem(name, *receiver)
             raise SchemaProblem(name, f"parameter {name!r} has no annotation", f"annotate it, e.g. {suggest_annotation(name, p.default)}")
         try:
             ptype = param_type(annotations[name])
@@ -255,6 +258,17 @@ def fully_annotated(fn: Any) -> bool:
     return "return" in annotations and all(name in annotations for name in memo.signature(fn).parameters)
 
 
+def receiver_problem(sig: inspect.Signature) -> tuple[str, str] | None:
+    """``(problem, fix)`` when a kernel's first parameter is ``self``, ``cls`` or ``ctx`` (a
+    method's habit, or autograd.Function's) and no argument of the op."""
+    first = next(iter(sig.parameters), None)
+    if first not in ("self", "cls", "ctx"):
+        return None
+    where = "setup_context and backward take ctx; a kernel takes only the op's arguments" if first == "ctx" else "hooks are static methods of the op's arguments, with no self or cls"
+    rest = ", ".join(str(p) for p in list(sig.parameters.values())[1:])
+    return f"its first parameter is {first!r}, which is no argument of the op: {where}", f"drop {first!r}, keeping @staticmethod: ({rest})"
+
+
 def kernel_signature_problem(fn: Any, schema: torch._C.FunctionSchema) -> str | None:
     """Why an unannotated kernel cannot take the op's arguments, or ``None`` if it can."""
     try:
@@ -266,13 +280,33 @@ def kernel_signature_problem(fn: Any, schema: torch._C.FunctionSchema) -> str | 
         return None
     names = [p.name for p in ps]
     expected = [a.name for a in schema.arguments]
+    receiver = receiver_problem(sig) if names[:1] != expected[:1] else None
+    if receiver is not None:
+        return receiver[0]
     if names != expected:
         return f"its parameters ({', '.join(names)}) do not match the op's ({', '.join(expected)})"
     for p, a in zip(ps, schema.arguments):
         if a.kwarg_only != (p.kind is p.KEYWORD_ONLY):
             return f"parameter {p.name!r} must {'' if a.kwarg_only else 'not '}be keyword-only"
+    return missing_default(fn, schema)
+
+
+def missing_default(fn: Any, schema: torch._C.FunctionSchema, skip: int = 0) -> str | None:
+    """Why ``fn``, which takes the op's arguments after its first ``skip`` parameters, fails when
+    a caller leaves out an argument with a default, or ``None``."""
+    try:
+        ps = list(memo.signature(fn).parameters.values())[skip:]
+    except (TypeError, ValueError):
+        return None
+    positional = [p for p in ps if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    keyword = {p.name: p for p in ps if p.kind is p.KEYWORD_ONLY}
+    for i, a in enumerate(x for x in schema.arguments if not x.kwarg_only):
         # The dispatcher drops arguments equal to their default before calling a Python kernel.
-        if a.has_default_value() and p.default is p.empty:
+        if a.has_default_value() and i < len(positional) and positional[i].default is positional[i].empty:
+            return f"parameter {positional[i].name!r} needs a default (the schema gives {a.name}={a.default_value!r})"
+    for a in schema.arguments:
+        p = keyword.get(a.name)
+        if a.kwarg_only and a.has_default_value() and p is not None and p.default is p.empty:
             return f"parameter {p.name!r} needs a default (the schema gives {a.name}={a.default_value!r})"
     return None
 

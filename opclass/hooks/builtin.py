@@ -217,7 +217,7 @@ def register_builtin_hooks() -> None:
         register_hook(Hook(name, install, check=check, requires=requires, doc=doc, occupies=lambda value: _AUTOGRAD, aliases=aliases))
     register_hook(eager.eager_autograd_hook())
     batching = ((("FuncTorchBatched",), "a batching rule", "drop vmap: the op's own rule stays in charge"),)
-    register_hook(Hook("vmap", _install_vmap, check=_check_vmap, doc="batching rule (info, in_dims, *args) -> (output, out_dims)", occupies=lambda value: batching, aliases=("batch_rule",)))
+    register_hook(Hook("vmap", _install_vmap, check=_check_vmap, doc="batching rule (info, in_dims, *args) -> (output, out_dims)", occupies=lambda value: batching, aliases=("batch_rule",), arguments_from=2))
     register_hook(Hook("autocast", _install_autocast, check=_check_autocast, staticmethod=False, doc="dict device type -> dtype: cast floating inputs under autocast", occupies=_autocast_keys))
     register_hook(Hook("torch_dispatch", install_torch_dispatch, check=_check_torch_dispatch, staticmethod=False, doc="dict Tensor subclass / TorchDispatchMode -> rule"))
     register_hook(sharding.sharding_hook())

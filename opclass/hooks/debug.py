@@ -1,8 +1,14 @@
 """Debug mode (``OPCLASS_DEBUG=1`` when an op is defined): each of its kernels is wrapped to
-compare the version counters of the Tensor arguments the op does not declare in
-``mutates_args`` before and after it runs; a kernel that writes to one raises, naming the op,
-the hook and the fix. Every call path runs the wrapped kernel; an op defined without the
-variable pays nothing. ``opclass.testing`` runs the same comparison, debug mode or not.
+check, on every real call, what nothing else checks at run time:
+
+- the kernel wrote to no Tensor argument the op does not declare in ``mutates_args``: version
+  counters, and values too (a write through ``.numpy()`` moves no counter);
+- the fake kernel agrees with the real one: run on FakeTensor copies of the same arguments, it
+  gives the outputs' shape, dtype, device and strides (those of dimensions longer than 1).
+
+A mismatch raises, naming the op, the hook and the fix. Every call path runs the wrapped
+kernel (the class call, ``torch.ops``, a compiled graph at run time); an op defined without the
+variable pays nothing. ``opclass.testing`` runs the write check, debug mode or not.
 
 Example:
     >>> from opclass.hooks import debug
@@ -14,14 +20,17 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import torch
+from torch.utils._pytree import tree_leaves, tree_map_only
 
 from opclass.core.types import tensors_in
+from opclass.install.core import has_fake_kernel, says_no_fake_kernel
 
 if TYPE_CHECKING:
     from opclass.define.spec import OpSpec
+    from opclass.install.record import OpRecord
 
 ENV = "OPCLASS_DEBUG"
 
@@ -29,6 +38,15 @@ ENV = "OPCLASS_DEBUG"
 def enabled() -> bool:
     """Whether ops defined now get the debug checks (``OPCLASS_DEBUG`` set, and not ``0``)."""
     return os.environ.get(ENV, "") not in ("", "0")
+
+
+class Watched(NamedTuple):
+    """A Tensor argument the op does not declare mutated, as it was before the kernel ran."""
+
+    name: str
+    tensor: torch.Tensor
+    version: int
+    values: torch.Tensor | None  # a copy, for a Tensor with values (not fake, meta or sparse)
 
 
 def _tensors(spec: OpSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, bool, torch.Tensor]]:
@@ -47,40 +65,132 @@ def _storage(t: torch.Tensor) -> int:
         return id(t)
 
 
-def watched(spec: OpSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, torch.Tensor, int]]:
-    """``(argument name, Tensor, version)`` for each Tensor the op does not declare mutated.
+def _real(t: torch.Tensor) -> bool:
+    """A plain dense Tensor with values (FakeTensors and meta Tensors have none)."""
+    return type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout == torch.strided and t.device.type != "meta"
+
+
+def watched(spec: OpSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Watched]:
+    """Each Tensor argument the op does not declare mutated, with its version and values.
 
     Left out: inference Tensors (no version counter) and Tensors sharing storage with a declared
     one (a view shares its base's counter, which a declared write moves)."""
     tensors = _tensors(spec, args, kwargs)
     written = {_storage(t) for _, declared, t in tensors if declared}
-    return [(n, t, t._version) for n, declared, t in tensors if not declared and not t.is_inference() and _storage(t) not in written]
+    return [
+        Watched(n, t, t._version, t.detach().clone() if _real(t) else None)
+        for n, declared, t in tensors
+        if not declared and not t.is_inference() and _storage(t) not in written
+    ]
 
 
-def undeclared_write(where: str, spec: OpSpec, before: list[tuple[str, torch.Tensor, int]]) -> str | None:
-    """The error for the first watched Tensor whose version counter moved, or ``None``."""
-    for name, t, version in before:
+def _same_values(before: torch.Tensor, after: torch.Tensor) -> bool:
+    if before.shape != after.shape or before.dtype != after.dtype:
+        return False
+    return torch.equal(before, after) or bool(((before == after) | ((before != before) & (after != after))).all())  # NaN stays NaN
+
+
+def undeclared_write(where: str, spec: OpSpec, before: list[Watched]) -> str | None:
+    """The error for the first watched Tensor that was written to, or ``None``."""
+    for name, t, version, values in before:
         if t._version != version:
-            declared = (*spec.mutated_names, name)
-            keyword = f"mutates_args=({', '.join(repr(n) for n in declared)},)" if len(declared) == 1 else f"mutates_args={declared!r}"
-            return (
-                f"{where} wrote to {name!r} (its version counter moved), but the op does not "
-                f"declare that it mutates {name!r}, so torch.compile, autograd and functionalization assume it is unchanged: "
-                f"add {keyword} to the class statement (class {spec.cls_name}(CustomOp, ..., {keyword})), "
-                f"or write to a copy instead ({name} = {name}.clone() first)"
-            )
+            seen = "its version counter moved"
+        elif values is not None and not _same_values(values, t.detach()):
+            seen = "its values changed, though its version counter did not: a write torch cannot see, e.g. through .numpy()"
+        else:
+            continue
+        declared = (*spec.mutated_names, name)
+        keyword = f"mutates_args=({', '.join(repr(n) for n in declared)},)" if len(declared) == 1 else f"mutates_args={declared!r}"
+        return (
+            f"{where} wrote to {name!r} ({seen}), but the op does not "
+            f"declare that it mutates {name!r}, so torch.compile, autograd and functionalization assume it is unchanged: "
+            f"add {keyword} to the class statement (class {spec.cls_name}(CustomOp, ..., {keyword})), "
+            f"or write to a copy instead ({name} = {name}.clone() first)"
+        )
     return None
 
 
-def checking_writes(spec: OpSpec, hook: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn``, raising ``RuntimeError`` when it writes to an argument not in ``mutates_args``."""
-    where = f"{spec.qualname} ({spec.cls_name}.{hook})"
+# --------------------------------------------------------------------------- the fake kernel
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"Tensor(shape={tuple(value.shape)}, dtype={value.dtype}, device={value.device}, stride={value.stride()})"
+    return repr(value)
+
+
+def _arguments(spec: OpSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    names = [a.name for a in spec.schema.arguments]
+    given = [*zip(names, args), *kwargs.items()]
+    return ", ".join(f"{n}={_describe(v) if not isinstance(v, (list, tuple)) else '[' + ', '.join(map(_describe, v)) + ']'}" for n, v in given)
+
+
+def _disagreement(real: Any, fake: Any) -> str | None:
+    """How the fake output ``fake`` differs from the real ``real``, or ``None``."""
+    if isinstance(real, torch.Tensor) != isinstance(fake, torch.Tensor):
+        return f"the fake kernel gave {_describe(fake)} where the kernel returned {_describe(real)}"
+    if not isinstance(real, torch.Tensor):
+        return None
+    for what in ("dtype", "device"):
+        if getattr(real, what) != getattr(fake, what):
+            return f"{what} {getattr(fake, what)} from the fake kernel, {getattr(real, what)} from the kernel"
+    shape = tuple(fake.shape)
+    # An unbacked size (torch.library.get_ctx().new_dynamic_size()) has no value to compare.
+    if len(shape) != real.dim() or any(isinstance(f, int) and f != r for f, r in zip(shape, real.shape)):
+        return f"shape {shape} from the fake kernel, {tuple(real.shape)} from the kernel"
+    # Compilers lay out their buffers by the fake strides; those of dimensions of size 1 do not matter.
+    if real.numel() and any(isinstance(f, int) and n > 1 and f != r for f, r, n in zip(fake.stride(), real.stride(), real.shape)):
+        return f"strides {fake.stride()} from the fake kernel, {real.stride()} from the kernel (shape {tuple(real.shape)})"
+    return None
+
+
+def fake_disagrees(record: OpRecord, where: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> str | None:
+    """Run the op's fake kernel on FakeTensor copies of ``args``/``kwargs`` (which the kernel at
+    ``where`` just ran on, returning ``out``): the error if its outputs disagree, else ``None``."""
+    if not has_fake_kernel(record) or record.op is None:
+        return None
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    fake_where = record.fake_where or f"{record.qualname} (the fake kernel opclass generates)"
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    fake_args, fake_kwargs = tree_map_only(torch.Tensor, lambda t: mode.from_tensor(t.detach(), static_shapes=True), (args, kwargs))
+    try:
+        with mode:
+            fake_out = record.op(*fake_args, **fake_kwargs)
+    except Exception as e:  # noqa: BLE001 - any error is the fake kernel's mistake here
+        if says_no_fake_kernel(e):
+            return None  # the op cannot run under torch.compile at all, which says so there
+        problem = f"raised {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+    else:
+        reals, fakes = tree_leaves(out), tree_leaves(fake_out)
+        if len(reals) != len(fakes):
+            problem = f"gave {len(fakes)} outputs where the kernel returned {len(reals)}"
+        else:
+            found = next(((i, d) for i, (r, f) in enumerate(zip(reals, fakes)) if (d := _disagreement(r, f)) is not None), None)
+            if found is None:
+                return None
+            problem = f"disagrees with {where} on output {found[0]}: {found[1]}" if len(reals) > 1 else f"disagrees with {where}: {found[1]}"
+    return (
+        f"{fake_where}: the fake kernel {problem}, called with {_arguments(record, args, kwargs)}. "
+        "torch.compile and torch.export trust the fake kernel: make it build outputs exactly as the kernel returns them "
+        "(e.g. torch.empty_like(x), x.new_empty(shape, dtype=...), torch.empty_strided(size, stride) for a layout "
+        "other than contiguous), or return kernel(...).contiguous() from the kernel"
+    )
+
+
+def debug_kernel(record: OpRecord, hook: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, raising ``RuntimeError`` when it writes to an argument not in ``mutates_args`` or
+    returns what the fake kernel does not promise."""
+    where = record.where(hook)
 
     @functools.wraps(fn)
     def debug_kernel(*args: Any, **kwargs: Any) -> Any:
-        before = watched(spec, args, kwargs)
+        before = watched(record, args, kwargs)
         result = fn(*args, **kwargs)
-        problem = undeclared_write(where, spec, before)
+        problem = undeclared_write(where, record, before)
+        if problem is None and all(_real(t) for t in tensors_in((*args, *kwargs.values()))):
+            problem = fake_disagrees(record, where, args, kwargs, result)
         if problem is not None:
             raise RuntimeError(problem)
         return result

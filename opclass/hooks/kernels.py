@@ -48,7 +48,7 @@ def device_hook(device_type: str | None) -> Hook:
         name = device_type
 
     def install(record: OpRecord, fn: Callable[..., Any]) -> None:
-        install_kernel(record, name, device_type, debug.checking_writes(record, name, fn) if debug.enabled() else fn)
+        install_kernel(record, name, device_type, debug.debug_kernel(record, name, fn) if debug.enabled() else fn)
 
     serves = "every device" if device_type is None else f"{device_type} tensors"
     keys = (key, "CompositeImplicitAutograd") if device_type is None else (key,)

@@ -23,6 +23,7 @@ from torch import _C
 from torch.fx.node import _side_effectful_functions
 
 from opclass.core import native
+from opclass.core.tracing import raise_in_trace
 from opclass.core.types import CPU, CUDA, FAST_DEVICES, GRAD, arg_type, tensors_in
 from opclass.install.functions import AFTER_AUTOGRAD, Call, functions, functorch_entry
 from opclass.install.outputs import output_is_fresh
@@ -56,22 +57,44 @@ def register_core(record: OpRecord) -> None:
 
 
 def register_fake(record: OpRecord, fn: Callable[..., Any], where: str | None = None) -> None:
-    """``fn`` as the op's fake kernel. With ``where`` (how errors name it), a multi-output op's
-    result is counted first: the dispatcher would crash the process on a wrong count, not raise."""
-    n_returns = len(record.schema.returns)
-    record.fake = kernel = fn
-    if n_returns > 1 and where is not None:
+    """``fn`` as the op's fake kernel; ``where`` names a hook's (``"ns::op (Cls.abstract)"``).
 
-        def checked_fake(*args: Any, **kwargs: Any) -> Any:
-            result = kernel(*args, **kwargs)
-            if type(result) not in (tuple, list):
-                raise RuntimeError(f"{where}: the kernel returned {type(result).__name__}, but the op's schema declares {n_returns} outputs")
-            if len(result) != n_returns:
-                raise RuntimeError(f"{where}: the kernel returned {len(result)} values, but the op's schema declares {n_returns} outputs")
-            return result
-
-        fn = checked_fake
+    A hook's fake kernel meets the output contract the real kernels meet (the count, no alias of
+    an input, the type, with the errors they raise), and an error from reading data names it."""
+    record.fake = fn
+    record.fake_where = where
+    if where is not None:
+        fn = _contract_fake(record, where, fn)
     record.lib._register_fake(record.overload_name(), fn, _stacklevel=1)
+
+
+def _contract_fake(record: OpRecord, where: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    finish = record.outputs.finish
+
+    def fake_kernel(*args: Any, **kwargs: Any) -> Any:
+        try:
+            out = fn(*args, **kwargs)
+        except RuntimeError as e:
+            if not _reads_data(e):
+                raise
+            raise_in_trace(
+                RuntimeError(
+                    f"{where}: the fake kernel reads a Tensor's values ({_first_line(e)}), which FakeTensors do not have: "
+                    "build the outputs from shapes, dtypes and devices alone; for an output size that depends on the "
+                    "values, take it from torch.library.get_ctx().new_dynamic_size()"
+                ),
+                e,
+            )
+        try:
+            return finish(where, args, kwargs, out)
+        except (RuntimeError, TypeError) as e:
+            raise_in_trace(e, e.__cause__)  # the contract's own error: said first under torch.compile too
+
+    return fake_kernel
+
+
+def _first_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
 
 
 def register_default_fake(record: OpRecord) -> None:
@@ -89,6 +112,7 @@ def register_default_fake(record: OpRecord) -> None:
     default = record.kernels.get(None)
     outs = record.outputs.outs
     fake: Callable[..., Any]
+    runs: str | None = None  # the hook whose kernel runs as the fake one
     if record.is_inplace:
         fake = lambda *args, **kwargs: args[0]  # noqa: E731
     elif record.is_out:
@@ -96,7 +120,7 @@ def register_default_fake(record: OpRecord) -> None:
     elif not record.schema.returns:
         fake = lambda *args, **kwargs: None  # noqa: E731
     elif default is not None:
-        kernel, cls_name = default.checked, record.cls_name
+        kernel, cls_name, runs = default.checked, record.cls_name, default.where
 
         def fake(*args: Any, **kwargs: Any) -> Any:
             try:
@@ -104,16 +128,27 @@ def register_default_fake(record: OpRecord) -> None:
             except Exception as e:
                 if not _needs_real_data(e):
                     raise  # the kernel's own error (a bad argument...), as in eager mode
-                first = (str(e).strip().splitlines() or [""])[0]
-                raise RuntimeError(f"{message}. {cls_name}.default cannot run on fake tensors: {type(e).__name__}: {first}") from e
+                raise_in_trace(_no_fake(f"{message}. {cls_name}.default cannot run on fake tensors: {_first_line(e)}"), e)
 
     else:
 
         def fake(*args: Any, **kwargs: Any) -> Any:
-            raise RuntimeError(message)
+            raise_in_trace(_no_fake(message))
 
         setattr(fake, _NO_FAKE, True)
     register_fake(record, fake)
+    record.fake_where = runs
+
+
+def _no_fake(message: str) -> RuntimeError:
+    error = RuntimeError(message)
+    setattr(error, _NO_FAKE, True)
+    return error
+
+
+def says_no_fake_kernel(error: BaseException) -> bool:
+    """``error`` is the one an op with no fake kernel raises on FakeTensors."""
+    return getattr(error, _NO_FAKE, False)
 
 
 def has_fake_kernel(record: OpRecord) -> bool:
@@ -122,12 +157,19 @@ def has_fake_kernel(record: OpRecord) -> bool:
     return record.existing if record.fake is None else not getattr(record.fake, _NO_FAKE, False)
 
 
-def _needs_real_data(e: BaseException) -> bool:
-    """The error says the kernel needs values or storage that fake tensors do not have."""
-    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, UnsupportedOperatorException
+def _reads_data(e: BaseException) -> bool:
+    """The error is FakeTensor's for a read of values it does not have (``.item()``, ``bool(x)``)."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
-    if isinstance(e, (DataDependentOutputException, DynamicOutputShapeException, UnsupportedOperatorException, GuardOnDataDependentSymNode)):
+    return isinstance(e, (DataDependentOutputException, GuardOnDataDependentSymNode))
+
+
+def _needs_real_data(e: BaseException) -> bool:
+    """The error says the kernel needs values or storage that fake tensors do not have."""
+    from torch._subclasses.fake_tensor import DynamicOutputShapeException, UnsupportedOperatorException
+
+    if _reads_data(e) or isinstance(e, (DynamicOutputShapeException, UnsupportedOperatorException)):
         return True
     # .numpy() (NumPy, np.asarray), data pointers and storage of fake/meta tensors; a torch op or
     # C++ kernel with no Meta kernel.
@@ -191,11 +233,11 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
             code = guard(specs[len(args)], *args)
             k = codes.get(code)
             if k is not None:
-                out = k.user(*args)
-                if not (single and fresh(out)):
-                    out = finish(k.where, args, kwargs, out)  # before the bump, as the dispatcher does
                 if bump_positions and not _C._dispatch_tls_is_dispatch_key_excluded(_ADIV):
                     bump_mutated(args, kwargs, bump_positions, bump_names)
+                out = k.user(*args)
+                if not (single and fresh(out)):
+                    out = finish(k.where, args, kwargs, out)
                 return out
             if code & GRAD and functional:
                 return (apply or function_apply())(*args, Call(keyset, len(args), ()))
@@ -216,10 +258,9 @@ def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
         if kernel is None:
             with _C._AutoDispatchBelowAutograd():
                 return op.redispatch(keyset & AFTER_AUTOGRAD, *args, **kwargs)  # type: ignore[union-attr]
-        out = kernel(*args, **kwargs)  # the checked kernel: converted (or failed) before the bump
         if (bump_positions or bump_names) and not _C._dispatch_tls_is_dispatch_key_excluded(_ADIV):
             bump_mutated(args, kwargs, bump_positions, bump_names)
-        return out
+        return kernel(*args, **kwargs)  # the checked kernel
 
     return autograd_kernel
 
@@ -260,10 +301,10 @@ def _version_bump_kernel(record: OpRecord) -> Callable[..., Any]:
     assert op is not None
 
     def ad_inplace_or_view(keyset: Any, *args: Any, **kwargs: Any) -> Any:
-        out = op.redispatch(keyset & _AFTER_AD_INPLACE, *args, **kwargs)
-        # After the kernel (torch bumps before): a kernel that raises leaves versions untouched.
+        # Before the kernel, as custom_op does: a kernel that writes and then raises has still
+        # written, and autograd must see that a Tensor it saved changed.
         bump_mutated(args, kwargs, positions, names)
-        return out
+        return op.redispatch(keyset & _AFTER_AD_INPLACE, *args, **kwargs)
 
     return ad_inplace_or_view
 

@@ -104,24 +104,61 @@ def _formulas(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Functi
     below_guard = None if native.native_module() is not None else _C._AutoDispatchBelowAutograd
     entry: Callable[..., Any] = record.functorch_entry or record.op  # type: ignore[assignment]
 
+    where = record.where("backward")
+    n_kw = len(kw_only)
+    # What a gradient may be for: schema types with no Tensor in them take None only.
+    not_tensors = [(i, a.name, str(a.type)) for i, a in enumerate((*positional, *kw_only)) if "Tensor" not in str(a.type)]
+    # torch's Tensor-list support wants a list of gradients for a list of Tensors, and reads an
+    # empty list of anything as one: None for the whole list becomes one None per element.
+    list_positions = tuple(i for i, a in enumerate(positional) if str(a.type).startswith("List[")) if _has_lists(schema) else ()
+    tensor_lists = {i for i in list_positions if "Tensor" in str(positional[i].type)}
+    default = record.kernels.get(None)
+    no_formula = (
+        f"Trying to backward through {qualname} ({cls_name}), but no autograd formula was registered: "
+        + (f"add eager_autograd = True to class {cls_name} (autograd then differentiates through {cls_name}.default, made of torch ops), or define setup_context and backward" if default is not None and default.hook == "default" else f"define {cls_name}.setup_context and {cls_name}.backward")
+    )
+
+    def passed(args: tuple[Any, ...]) -> int:
+        """The positional arguments a call passed, as the dispatcher counts them: trailing ones
+        equal to their default are left out."""
+        n = len(args)
+        while n > required and _is_default(args[n - 1], pos_defaults[n - 1]):
+            n -= 1
+        return n
+
+    def remember(ctx: Any, args: tuple[Any, ...]) -> None:
+        if n_pos > required:
+            ctx._opclass_passed = passed(args)
+        if list_positions:
+            ctx._opclass_lists = tuple(
+                (i, len(args[i])) for i in list_positions if i < len(args) and type(args[i]) in (list, tuple) and (i in tensor_lists or not args[i])
+            )
+
     def user_backward(ctx: Any, grads: tuple[Any, ...]) -> tuple[Any, ...]:
         if record.backward is None:
-            raise RuntimeError(
-                f"Trying to backward through {qualname} but no autograd formula was registered: "
-                f"define setup_context and backward on {cls_name}"
-            )
-        result = record.backward(ctx, *grads)
-        if not isinstance(result, tuple):
-            result = (result,)
-        assert isinstance(result, tuple)
-        if required <= len(result) < n_pos and not any(ctx.needs_input_grad[len(result) : n_pos]):
+            raise RuntimeError(no_formula)
+        raw = record.backward(ctx, *grads)
+        result: tuple[Any, ...] = raw if isinstance(raw, tuple) else (raw,)
+        n, given = len(result), getattr(ctx, "_opclass_passed", n_pos)
+        if n == given and n < n_pos:
             # torch's convention (custom_op code): gradients for the arguments passed only.
-            result += (None,) * (n_pos - len(result))
-        if not n_pos <= len(result) <= n_pos + len(kw_only):
+            result += (None,) * (n_pos - n)
+        elif n not in (n_pos, n_pos + n_kw):
+            counts = f"one per argument passed ({given}) or one per positional input ({n_pos})" if given < n_pos else f"one per positional input ({n_pos})"
             raise RuntimeError(
-                f"{cls_name}.backward returned {len(result)} gradients; expected one per positional input "
-                f"({n_pos})" + (f", optionally followed by keyword-only ones in order (up to {len(kw_only)})" if kw_only else "")
+                f"{where} returned {n} gradients; expected {counts}"
+                + (f", optionally followed by one per keyword-only input ({n_pos + n_kw} in all)" if kw_only else "")
+                + ": return None for an input with no gradient"
             )
+        for i, name, kind in not_tensors:
+            if i < len(result) and result[i] is not None:
+                raise RuntimeError(
+                    f"{where} returned a gradient for {name!r} (gradient {i + 1} of {len(result)}), which is {kind}, not a Tensor: "
+                    f"return None for {name!r}"
+                )
+        for i, length in getattr(ctx, "_opclass_lists", ()):
+            if result[i] is None:
+                result = (*result[:i], [None] * length, *result[i + 1 :])
         return result
 
     # setup_context style (forward takes no ctx): what torch.func transforms require.
@@ -143,6 +180,7 @@ def _formulas(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Functi
 
     def setup_context(ctx: Any, flat: tuple[Any, ...], out: Any) -> None:
         call: Call = flat[-1]
+        remember(ctx, flat[: call.n_args])
         if user_setup is not None:
             args = flat[: call.n_args]
             inputs = tuple(args) + tuple(pos_defaults[len(args) :])
@@ -187,7 +225,7 @@ def _formulas(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Functi
 
     def fast_function(k: Kernel) -> type[torch.autograd.Function]:
         # Aliasing errors name the hook whose kernel ran, as on the dispatcher path.
-        kernel, where = k.user, k.where
+        kernel, k_where = k.user, k.where
 
         def fast_forward(ctx: Any, *args: Any) -> Any:
             # The kernel sees what it sees on the dispatcher path: autograd below it (the guard
@@ -198,7 +236,8 @@ def _formulas(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Functi
                 with below_guard():
                     out = kernel(*args)
             if not (single and fresh(out)):
-                out = finish(where, args, {}, out)
+                out = finish(k_where, args, {}, out)
+            remember(ctx, args)
             if user_setup is not None:
                 if setup_kw:
                     user_setup(ctx, args, {}, out)
@@ -284,6 +323,18 @@ def call_below_autograd() -> Callable[..., Any]:
 def _has_lists(schema: Any) -> bool:
     """Tensor-list arguments or returns."""
     return any("List[" in str(a.type) and "Tensor" in str(a.type) for a in (*schema.arguments, *schema.returns))
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    """``value`` equals the schema default ``default`` (as the dispatcher compares them)."""
+    if value is None or default is None or isinstance(value, torch.Tensor):
+        return value is default
+    if isinstance(value, (list, tuple)):
+        return isinstance(default, (list, tuple)) and list(value) == list(default)
+    try:
+        return bool(value == default)
+    except Exception:  # noqa: BLE001 - a value that cannot be compared is not the default
+        return False
 
 
 def _needs_input_grad(flags: tuple[Any, ...], call: Call, kw_index: dict[str, int], n_pos: int) -> tuple[Any, ...]:

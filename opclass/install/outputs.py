@@ -28,7 +28,7 @@ import torch
 from torch import _C
 
 from opclass.core import native
-from opclass.core.compat import tagged_inplace, tagged_out
+from opclass.core.compat import INPLACE_TAG, tagged_inplace, tagged_out
 from opclass.core.types import exact_return, returns_of
 
 _refs = sys.getrefcount
@@ -76,20 +76,30 @@ def check_arity(where: str, n_returns: int, result: Any) -> None:
         raise RuntimeError(f"{where}: the kernel returned {len(result)} values, but the op's schema declares {n_returns} outputs")
 
 
-def _check_aliasing(where: str, args: Any, kwargs: Any, result: Any) -> None:
+def _check_aliasing(where: str, args: Any, kwargs: Any, result: Any, mutates: bool = False) -> None:
     if _C._any_output_is_alias_to_input_or_output(args, kwargs, result if type(result) is tuple else (result,)):
         raise RuntimeError(
             f"{where}: the output of this custom operator (1) must not also be an input to this "
             "custom operator and (2) may not alias any inputs to this custom operator or other "
             "returns. Return a clone of the offending output (e.g. x.clone()) instead."
+            + (_RETURNS_MUTATED if mutates else "")
         )
+
+
+# An op that mutates and returns what it wrote says so in its schema, or returns nothing.
+_RETURNS_MUTATED = (
+    " If the op returns the argument it mutates, say so: tags=torch.Tag.inplace in the class statement (the first "
+    "argument, the only one mutated, is returned), or return nothing (-> None)"
+    if INPLACE_TAG is not None
+    else " If the op returns the argument it mutates, return nothing instead (-> None): the caller holds it already"
+)
 
 
 class Contract:
     """The output contract of one op: :meth:`finish` is the whole rule; ``single`` says when a
     fresh result is final without it (the op returns one Tensor, not an argument of its own)."""
 
-    __slots__ = ("kind", "n_returns", "single", "is_exact", "convert", "outs")
+    __slots__ = ("kind", "n_returns", "single", "is_exact", "convert", "outs", "mutates")
 
     def __init__(self, schema: torch._C.FunctionSchema, tags: Sequence[torch.Tag]) -> None:
         written = [a for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
@@ -100,6 +110,7 @@ class Contract:
         self.is_exact = exact_predicate(schema)
         self.convert = converter(schema)
         self.outs = tuple(a.name for a in written)
+        self.mutates = bool(written)
 
     def finish(self, where: str, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Any:
         """``out`` as the dispatcher returns it, or the error that names ``where``."""
@@ -107,7 +118,7 @@ class Contract:
             if not self.is_exact(out):
                 out = self.convert(where, out)
             check_arity(where, self.n_returns, out)
-            _check_aliasing(where, args, kwargs, out)
+            _check_aliasing(where, args, kwargs, out, self.mutates)
         elif self.kind == "none":
             if out is not None:
                 self.convert(where, out)  # raises, naming the op and the hook

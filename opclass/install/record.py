@@ -77,6 +77,8 @@ class OpRecord(OpSpec):
         self.kernels: dict[str | None, Kernel] = {}
         #: The fake kernel for FakeTensor tracing, or ``None`` until one is registered.
         self.fake: Callable[..., Any] | None = None
+        #: How errors name the hook whose function is the fake kernel (``None``: one opclass generated).
+        self.fake_where: str | None = None
         #: The autograd formula's ``setup_context``: ``(ctx, inputs, output)``, or with
         #: :attr:`setup_keywords` ``(ctx, inputs, keyword_only_inputs, output)``.
         self.setup_context: Callable[..., Any] | None = None
