@@ -114,6 +114,9 @@ def test_tables_side_by_side(measured: dict[str, Any]) -> None:
     benchmark.print_tables({"native": _as_guard(measured, "native"), "python": _as_guard(measured, "python")}, 0.001, out)
     text = out.getvalue()
     assert "native us" in text and "python us" in text
+    # A reader is told what each row and column compares.
+    assert "custom_op = torch.library.custom_op" in text and "x direct: this row's time / the direct row's time" in text
+    assert "issue" not in text.lower()
     assert "native ratio" in text and "python ratio" in text
     assert "--- native guard ---" in text and "--- python guard ---" in text
     for label in ("20 args", "list 4"):

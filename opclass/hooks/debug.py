@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import torch
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from opclass.install.record import OpRecord
 
 ENV = "OPCLASS_DEBUG"
+_MODES = threading.local()
 
 
 def enabled() -> bool:
@@ -153,7 +155,9 @@ def fake_disagrees(record: OpRecord, where: str, args: tuple[Any, ...], kwargs: 
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     fake_where = record.fake_where or f"{record.qualname} (the fake kernel opclass generates)"
-    mode = FakeTensorMode(shape_env=ShapeEnv())
+    mode = getattr(_MODES, "mode", None)
+    if mode is None:  # one per thread: making one costs more than the check itself
+        mode = _MODES.mode = FakeTensorMode(shape_env=ShapeEnv())
     fake_args, fake_kwargs = tree_map_only(torch.Tensor, lambda t: mode.from_tensor(t.detach(), static_shapes=True), (args, kwargs))
     try:
         with mode:
@@ -175,7 +179,7 @@ def fake_disagrees(record: OpRecord, where: str, args: tuple[Any, ...], kwargs: 
         f"{fake_where}: the fake kernel {problem}, called with {_arguments(record, args, kwargs)}. "
         "torch.compile and torch.export trust the fake kernel: make it build outputs exactly as the kernel returns them "
         "(e.g. torch.empty_like(x), x.new_empty(shape, dtype=...), torch.empty_strided(size, stride) for a layout "
-        "other than contiguous), or return kernel(...).contiguous() from the kernel"
+        "other than contiguous), or make the kernel return contiguous Tensors (.contiguous())"
     )
 
 

@@ -126,6 +126,9 @@ def _formulas(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Functi
             n -= 1
         return n
 
+    # Only ops with defaulted positional arguments or Tensor lists have anything to remember.
+    remembers = n_pos > required or bool(list_positions)
+
     def remember(ctx: Any, args: tuple[Any, ...]) -> None:
         if n_pos > required:
             ctx._opclass_passed = passed(args)
@@ -180,7 +183,8 @@ def _formulas(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Functi
 
     def setup_context(ctx: Any, flat: tuple[Any, ...], out: Any) -> None:
         call: Call = flat[-1]
-        remember(ctx, flat[: call.n_args])
+        if remembers:
+            remember(ctx, flat[: call.n_args])
         if user_setup is not None:
             args = flat[: call.n_args]
             inputs = tuple(args) + tuple(pos_defaults[len(args) :])
@@ -237,7 +241,8 @@ def _formulas(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Functi
                     out = kernel(*args)
             if not (single and fresh(out)):
                 out = finish(k_where, args, {}, out)
-            remember(ctx, args)
+            if remembers:
+                remember(ctx, args)
             if user_setup is not None:
                 if setup_kw:
                     user_setup(ctx, args, {}, out)
