@@ -19,10 +19,10 @@ if TYPE_CHECKING:
     from .callpath.classcall import remove, remove_namespace
     from .core.names import DEVICE_TYPES
     from .core.native import guard_backend, guard_info
-    from .define.annotations import SUPPORTED_TYPES
+    from .define.annotations import SUPPORTED_TYPES, Int, SchemaType
     from .define.hookspec import Hook, HookContext, hooks, register_hook, unregister_hook
     from .errors import OpDefinitionError
-    from .hooks.kernels import device_hook
+    from .builtin_hooks.kernels import device_hook
     from .install.record import OpRecord
 
 __all__ = [
@@ -30,10 +30,12 @@ __all__ = [
     "DEVICE_TYPES",
     "Hook",
     "HookContext",
+    "Int",
     "OpDefinitionError",
     "OpMeta",
     "OpRecord",
     "SUPPORTED_TYPES",
+    "SchemaType",
     "device_hook",
     "guard_backend",
     "guard_info",

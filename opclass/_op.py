@@ -13,7 +13,7 @@ from opclass.core import memo, native
 from opclass.core.shield import shield
 from opclass.define.builder import OpBuilder
 from opclass.define.hookspec import hooks
-from opclass.hooks.builtin import register_builtin_hooks
+from opclass.builtin_hooks.builtin import register_builtin_hooks
 from opclass.install import record as records
 from opclass.install.record import OpRecord
 from opclass.install.replace import replace

@@ -13,8 +13,8 @@ from opclass._op import CustomOp, OpMeta
 from opclass.callpath.classcall import remove, remove_namespace
 from opclass.core.names import DEVICE_TYPES
 from opclass.core.native import guard_backend, guard_info
-from opclass.define.annotations import SUPPORTED_TYPES
+from opclass.define.annotations import SUPPORTED_TYPES, Int, SchemaType
 from opclass.define.hookspec import Hook, HookContext, hooks, register_hook, unregister_hook
 from opclass.errors import OpDefinitionError
-from opclass.hooks.kernels import device_hook
+from opclass.builtin_hooks.kernels import device_hook
 from opclass.install.record import OpRecord

@@ -21,7 +21,7 @@ from torch import Tensor
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_map_only, tree_unflatten
 
 from opclass._harness import call_paths, diff, observe
-from opclass.hooks import debug
+from opclass.builtin_hooks import debug
 from opclass.install.core import has_fake_kernel
 from opclass.install.record import OpRecord
 

@@ -35,6 +35,15 @@ def test_first_public_name_brings_the_built_in_hooks() -> None:
     assert run("import opclass; print('cpu' in opclass.hooks())") == "True"
 
 
+def test_no_subpackage_shadows_a_public_name() -> None:
+    """Importing a tool first (it imports the layers) leaves every public name as it is: a
+    subpackage named like one would replace it on the package (``opclass.hooks`` once did)."""
+    code = "import opclass.testing, opclass; print(all(getattr(opclass, n) is getattr(opclass._public, n) for n in opclass.__all__))"
+    assert run(code) == "True"
+    subpackages = {p.name for p in (ROOT / "opclass").iterdir() if (p / "__init__.py").exists()}
+    assert not subpackages & set(opclass.__all__)
+
+
 def test_public_names_are_the_lazily_imported_ones() -> None:
     assert all(getattr(opclass, name) is getattr(_public, name) for name in opclass.__all__)
     assert set(opclass.__all__) <= set(dir(opclass))

@@ -34,7 +34,7 @@ from torch import Tensor
 import opclass
 import opclass.testing
 from opclass import CustomOp, OpDefinitionError
-from opclass.hooks import sharding as _sharding
+from opclass.builtin_hooks import sharding as _sharding
 
 from _versions import needs_tag
 from opclass.callpath.classcall import call_function
@@ -447,7 +447,7 @@ def test_registration_waits_for_dtensor_import() -> None:
     code = """if True:
         import json, sys, time
         import torch, opclass
-        from opclass.hooks import sharding as _sharding
+        from opclass.builtin_hooks import sharding as _sharding
         from opclass.core import after_import as _after_import
         from torch import Tensor
 
@@ -499,7 +499,7 @@ def test_definitions_racing_the_dtensor_import() -> None:
     code = """if True:
         import json, sys, threading
         import torch, opclass
-        from opclass.hooks import sharding as _sharding
+        from opclass.builtin_hooks import sharding as _sharding
         from opclass.core import after_import as _after_import
         from torch import Tensor
 

@@ -288,7 +288,7 @@ _unsupported("any", Any, "Any", "write a concrete schema type such as Tensor or 
 _unsupported("object", object, "object", "write a concrete schema type")
 _unsupported("numpy_array", np.ndarray, "numpy.ndarray", "take a Tensor and convert with .numpy() inside the kernel")
 _unsupported("bare_list", list, "list", "give the element type, e.g. list[Tensor] or list[int]")
-_unsupported("list_of_str", list[str], "list[str]", "supported are list[T]")
+_unsupported("list_of_dict", list[dict], "list[dict]", "supported are list[T]")
 _unsupported("optional_tensor_list", Optional[list[Tensor]], "Optional[list[Tensor]]", "supported are list[T]")
 _unsupported("set", set[int], "set[int]", "supported are list[T]")
 

@@ -28,6 +28,8 @@ HOOK_KINDS: dict[str, str] = {
     "default": "backend",
     **{device: "backend" for device in DEVICE_TYPES},
     "abstract": "kernel",
+    "composite": "backend",
+    "autograd": "backend",
     "setup_context": "static",
     "backward": "static",
     "jvp": "static",

@@ -42,14 +42,47 @@ BASE_TYPES: dict[Any, str] = {
     torch.memory_format: "MemoryFormat",
 }
 # Element types that may appear in a list (``T[]``), and those whose list may be optional (``T[]?``).
-_LISTABLE = {"Tensor", "SymInt", "float", "bool", "Scalar"}
-_RETURNS = {"Tensor", "SymInt", "float", "bool", "Scalar"}
+_LISTABLE = {"Tensor", "SymInt", "int", "float", "bool", "Scalar", "str", "Device"}
+_RETURNS = {"Tensor", "SymInt", "int", "float", "bool", "Scalar"}
+
+
+@dataclasses.dataclass(frozen=True)
+class SchemaType:
+    """``typing.Annotated[T, SchemaType("int")]``: the schema type a parameter of Python type
+    ``T`` gets, where it is not the one ``T`` gets by default. Type checkers read the
+    annotation as ``T``; :data:`Int` is the one a library needs (a plain ``int``, not ``SymInt``).
+
+    Example:
+        >>> from typing import Annotated
+        >>> from opclass.define.annotations import SchemaType, param_type
+        >>> param_type(Annotated[int, SchemaType("int")]), param_type(list[Annotated[int, SchemaType("int")]])
+        ('int', 'int[]')
+    """
+
+    text: str
+
+    def __post_init__(self) -> None:
+        if self.text not in _MARKED:
+            raise ValueError(f"SchemaType({self.text!r}): supported are {', '.join(repr(t) for t in _MARKED)}")
+
+
+# What a SchemaType may say, and the Python type it must annotate.
+_MARKED: dict[str, Any] = {"int": int, "SymInt": int}
+
+#: A plain ``int`` argument (schema ``int``; ``list[Int]``: ``int[]``): one the op's code and
+#: ``torch.compile`` may specialise on, such as ``quant_min``, ``axis`` or ``group_size``. A bare
+#: ``int`` is ``SymInt``, as in ``torch.library.custom_op``, so symbolic sizes flow through.
+#: Type checkers read it as ``int``.
+#:
+#: Example: ``def default(x: Tensor, axis: opclass.Int, sizes: list[opclass.Int]) -> Tensor``
+Int = typing.Annotated[int, SchemaType("int")]
 _SEQUENCE_ORIGINS = (list, collections.abc.Sequence, tuple)
 
 #: The supported-types table shown in the docs: annotation -> schema type.
 SUPPORTED_TYPES: list[tuple[str, str]] = [
     ("Tensor", "Tensor"),
     ("int", "SymInt"),
+    ("opclass.Int (typing.Annotated[int, opclass.SchemaType('int')])", "int"),
     ("float", "float"),
     ("bool", "bool"),
     ("str", "str"),
@@ -60,9 +93,10 @@ SUPPORTED_TYPES: list[tuple[str, str]] = [
     ("torch.memory_format", "MemoryFormat"),
     ("typing.NewType of a type above (torch.distributed's GroupName: str)", "that type's"),
     ("Optional[T] / T | None, for any T above", "T?"),
-    ("list[T] / Sequence[T] / tuple[T, ...], T in Tensor, int, float, bool, Number", "T[]"),
+    ("list[T] / Sequence[T] / tuple[T, ...], T in Tensor, int, opclass.Int, float, bool, Number, str, torch.device", "T[]"),
     ("list[Optional[Tensor]]", "Tensor?[]"),
-    ("Optional[list[T]], T in int, float, bool", "T[]?"),
+    ("Optional[list[T]], T as in T[] but Tensor", "T[]?"),
+    ("a frozen dataclass (a config object)", "its opaque value type"),
 ]
 
 
@@ -172,6 +206,14 @@ def _element(ann: Any) -> Any:
 
 
 def _base(ann: Any) -> str | None:
+    if typing.get_origin(ann) is typing.Annotated:
+        marked = next((m.text for m in ann.__metadata__ if isinstance(m, SchemaType)), None)
+        inner = typing.get_args(ann)[0]
+        if marked is None:
+            return _base(inner)  # other tools' metadata: the type itself decides
+        if inner is not _MARKED[marked]:
+            raise SchemaProblem(None, f"SchemaType({marked!r}) annotates {format_annotation(inner)}, not {_MARKED[marked].__name__}", f"write Annotated[{_MARKED[marked].__name__}, SchemaType({marked!r})]")
+        return marked
     if ann in BASE_TYPES:
         return BASE_TYPES[ann]
     if getattr(ann, "__supertype__", None) is not None:
@@ -260,10 +302,26 @@ def _list_type(ann: Any) -> str | None:
     return None
 
 
+# Types a schema has that torch cannot carry through every path a custom op takes.
+_REFUSED: dict[Any, tuple[str, str]] = {
+    torch.Generator: ("Generator?", "torch.compile cannot pass a torch.Generator to a custom op"),
+    torch.UntypedStorage: ("Storage", "torch.compile and torch.export cannot pass a Storage to a custom op"),
+    torch.Stream: ("Stream", "torch.compile and torch.export cannot pass a Stream to a custom op"),
+    torch.dtype: ("ScalarType[]", "torch.library.opcheck cannot check a list of dtypes"),
+}
+
+
 def _unsupported(ann: Any) -> str:
     text = format_annotation(ann)
     origin = typing.get_origin(ann)
     args = typing.get_args(ann)
+    refused = _REFUSED.get(_optional_inner(ann) or _element(ann) or ann)
+    if refused is not None and (refused[0].endswith("[]") == (_element(ann) is not None)):
+        raise SchemaProblem(
+            None,
+            f"unsupported annotation {text}: {refused[1]}",
+            f"take the value another way (a seed, a list of str...), or write it {refused[0]} in schema= if eager calls are all you need",
+        )
     if origin is tuple:
         elems = [a for a in args if a is not Ellipsis]
         if len(set(elems)) == 1 and elems:
@@ -281,7 +339,7 @@ def _unsupported(ann: Any) -> str:
     if module.startswith("numpy"):
         fix = "take a Tensor and convert with .numpy() inside the kernel"
     elif _element(ann) is not None or origin is not None:
-        fix = "supported are list[T] / tuple[T, ...] of Tensor, int, float, bool, Number, and list[Optional[Tensor]]"
+        fix = "supported are list[T] / tuple[T, ...] of Tensor, int, opclass.Int, float, bool, Number, str, torch.device, and list[Optional[Tensor]]"
     else:
         fix = (
             "supported are Tensor, int, float, bool, str, Number, torch.dtype, torch.device, torch.layout, "
@@ -323,7 +381,7 @@ def _single_return(ann: Any, whole: Any) -> str:
 
 # Python types a default may have, by schema base type (bool is an int, as in Python typing).
 _DEFAULT_TYPES: dict[str, tuple[type, ...]] = {
-    "SymInt": (int,), "float": (float, int), "bool": (bool,), "str": (str,), "Scalar": (int, float, bool),
+    "SymInt": (int,), "int": (int,), "float": (float, int), "bool": (bool,), "str": (str,), "Scalar": (int, float, bool),
     "ScalarType": (torch.dtype,), "Device": (torch.device, str), "Layout": (torch.layout,),
     "MemoryFormat": (torch.memory_format,), "Tensor": (),
 }
@@ -344,7 +402,7 @@ def check_default(value: Any, schema_type: str) -> None:
     if base.startswith("Tensor"):
         raise SchemaProblem(None, f"default {value!r}: a Tensor parameter can only default to None", "write = None and make the Tensor inside the kernel")
     allowed = _DEFAULT_TYPES.get(base, ())
-    if not isinstance(value, allowed) or (base in ("SymInt", "float") and isinstance(value, bool) and base != "bool"):
+    if not isinstance(value, allowed) or (base in ("SymInt", "int", "float") and isinstance(value, bool)):
         wanted = " or ".join(t.__name__ for t in allowed) or "None"
         raise SchemaProblem(None, f"default {value!r} has type {type(value).__name__}, not {wanted}", f"give a default of the annotated type ({schema_type})")
 

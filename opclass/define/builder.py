@@ -319,7 +319,7 @@ class OpBuilder:
             if self.hooks[hook].kernel and (not _annotations(fn) or hook in self.partial):
                 problem = schemas.kernel_signature_problem(fn, schema)
                 if problem is not None:
-                    self.fail(hook, problem, f"write {hook}{_python_params(schema)}", fn)
+                    self.fail(hook, problem, f"write {hook}{_python_params(schema)}{_positional_only(fn, schema)}", fn)
             leading = self.hooks[hook].arguments_from
             if leading is not None:
                 problem = schemas.missing_default(fn, schema, leading)
@@ -391,6 +391,23 @@ class OpBuilder:
 
 def _unwrap(raw: Any) -> Any:
     return raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
+
+
+def _positional_only(fn: Any, schema: torch._C.FunctionSchema) -> str:
+    """The other fix for a kernel whose positional parameters have names of its own: make them
+    positional-only (callers never pass them by name)."""
+    try:
+        params = [p for p in memo.signature(fn).parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return ""
+    positional = [a for a in schema.arguments if not a.kwarg_only]
+    if len(params) != len(positional) or [p.name for p in params] == [a.name for a in positional] or any(p.kind is p.POSITIONAL_ONLY for p in params):
+        return ""
+    return f", or keep its names and make them positional-only: {_slash_params(params)}"
+
+
+def _slash_params(params: Sequence[inspect.Parameter]) -> str:
+    return "(" + ", ".join(str(p) for p in params) + ", /)"
 
 
 def _first_parameter(fn: Any) -> str | None:

@@ -278,15 +278,16 @@ def kernel_signature_problem(fn: Any, schema: torch._C.FunctionSchema) -> str | 
     ps = list(sig.parameters.values())
     if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in ps):
         return None
-    names = [p.name for p in ps]
     expected = [a.name for a in schema.arguments]
+    # A positional-only parameter is matched by position: callers never pass it by name.
+    names = [expected[i] if p.kind is p.POSITIONAL_ONLY and i < len(expected) and not schema.arguments[i].kwarg_only else p.name for i, p in enumerate(ps)]
     receiver = receiver_problem(sig) if names[:1] != expected[:1] else None
     if receiver is not None:
         return receiver[0]
     if names != expected:
-        return f"its parameters ({', '.join(names)}) do not match the op's ({', '.join(expected)})"
+        return f"its parameters ({', '.join(p.name for p in ps)}) do not match the op's ({', '.join(expected)})"
     for p, a in zip(ps, schema.arguments):
-        if a.kwarg_only != (p.kind is p.KEYWORD_ONLY):
+        if a.kwarg_only != (p.kind is p.KEYWORD_ONLY) and p.kind is not p.POSITIONAL_ONLY:
             return f"parameter {p.name!r} must {'' if a.kwarg_only else 'not '}be keyword-only"
     return missing_default(fn, schema)
 

@@ -39,6 +39,8 @@ _AFTER_AD_INPLACE = _C._after_ADInplaceOrView_keyset
 def register_core(record: OpRecord) -> None:
     """Register the core kernels (after the hooks' installers and the call plan)."""
     lib, name, schema = record.lib, record.overload_name(), record.schema
+    if record.decomposes:
+        return  # the body's own ops do all of it
     if record.functorch_entry is None:
         record.functorch_entry = functorch_entry(record)
     if not record.existing or record.backward is not None:

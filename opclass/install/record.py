@@ -91,6 +91,9 @@ class OpRecord(OpSpec):
         #: Set where eager autograd differentiates through the kernel itself instead of applying a
         #: formula: ``check(where, out)``, run on a result computed with grad needed.
         self.differentiates_kernel: Callable[[str, Any], None] | None = None
+        #: Set where a hook's kernel is the op's body (CompositeImplicitAutograd): autograd and
+        #: FakeTensor run it, so opclass registers no Autograd, ADInplaceOrView or fake kernel.
+        self.decomposes = False
         #: Makes the kernel registered at the Autograd key (a hook may give its own).
         self.autograd_kernel: Callable[[OpRecord], Callable[..., Any]] | None = None
         #: The op's call under torch.func transforms (made by the install when no hook gave one).

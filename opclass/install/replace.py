@@ -53,7 +53,7 @@ def install(spec: OpSpec) -> OpRecord:
                 lib.installing = name
                 hook.install(record, spec.hooks[name])
         lib.installing = None
-        if needs_fake and record.fake is None:
+        if needs_fake and record.fake is None and not record.decomposes:
             core.register_default_fake(record)
         record.plan = build_plan(record, lib.registrations)
         core.register_core(record)

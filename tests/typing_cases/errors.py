@@ -7,7 +7,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ops import MinMax, NoKernelBase, Scale, ScaleVariant, ShardingOnlyBase, WeightedSum
+from ops import MinMax, NoKernelBase, Quantize, Scale, ScaleVariant, ShardingOnlyBase, WeightedSum
 
 x = torch.ones(3)
 
@@ -47,3 +47,6 @@ NoKernelBase(x)
 # M: error: "ShardingOnlyBase" is an abstract op base (it defines no kernel such as cpu, cuda or default); subclass it and define a kernel to make an op  [misc]
 # P: error: Argument of type "Tensor" cannot be assigned to parameter "_abstract_op_base_has_no_kernel" of type "Never" in function "__call__"  [reportArgumentType]
 ShardingOnlyBase(x)
+# M: error: Argument 2 to "Quantize" has incompatible type "float"; expected "int"  [arg-type]
+# P: error: Argument of type "float" cannot be assigned to parameter "quant_min" of type "Int" in function "__call__"  [reportArgumentType]
+Quantize(x, 0.5, 255, [0])

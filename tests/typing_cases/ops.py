@@ -7,6 +7,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+import opclass
 from opclass import CustomOp
 
 
@@ -92,3 +93,11 @@ class FromSchema(CustomOp, name="typing_cases::from_schema", schema="(Tensor x, 
     @staticmethod
     def cpu(x, dims, *, keep=False):  # type: ignore[no-untyped-def]
         return x.sum(dims, keep), x.amax(dims, keep)
+
+
+class Quantize(CustomOp, name="typing_cases::quantize"):
+    """Plain-int arguments (schema ``int``): type checkers read ``opclass.Int`` as ``int``."""
+
+    @staticmethod
+    def cpu(x: Tensor, quant_min: opclass.Int, quant_max: opclass.Int, dims: list[opclass.Int]) -> Tensor:
+        return x.clamp(quant_min, quant_max).sum(dims)

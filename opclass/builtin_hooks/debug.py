@@ -11,7 +11,7 @@ kernel (the class call, ``torch.ops``, a compiled graph at run time); an op defi
 variable pays nothing. ``opclass.testing`` runs the write check, debug mode or not.
 
 Example:
-    >>> from opclass.hooks import debug
+    >>> from opclass.builtin_hooks import debug
     >>> debug.ENV
     'OPCLASS_DEBUG'
 """

@@ -1,4 +1,4 @@
-"""opclass's own hooks beside the kernels (:mod:`opclass.hooks.kernels`): the autograd formula,
+"""opclass's own hooks beside the kernels (:mod:`opclass.builtin_hooks.kernels`): the autograd formula,
 ``vmap``, ``autocast``, ``torch_dispatch`` and ``samples``; and the registration of every
 built-in hook, in installation order, through the public :func:`~opclass.register_hook`.
 
@@ -20,8 +20,8 @@ from opclass.core import memo
 from opclass.core.compat import tagged_out
 from opclass.core.names import DEVICE_TYPES
 from opclass.define.hookspec import Hook, HookContext, positional_count, register_hook
-from opclass.hooks import eager, sharding, traceable
-from opclass.hooks.kernels import abstract_hook, device_hook
+from opclass.builtin_hooks import eager, sharding, traceable
+from opclass.builtin_hooks.kernels import abstract_hook, autograd_hook, composite_hook, device_hook
 from opclass.install.record import OpRecord
 
 # Keys holding an autograd kernel of an op's own (a formula would be shadowed or would shadow it).
@@ -209,6 +209,8 @@ def register_builtin_hooks() -> None:
     for device_type in DEVICE_TYPES:
         register_hook(device_hook(device_type))
     register_hook(abstract_hook())
+    register_hook(composite_hook())
+    register_hook(autograd_hook())
     for name, install, check, requires, doc, aliases in (
         ("setup_context", _install_setup_context, _check_setup_context, ("backward",), "save what backward needs: (ctx, inputs, output)", ("setup_ctx", "save_for_backward")),
         ("backward", _install_backward, _check_backward, ("setup_context",), "gradients of the inputs: (ctx, *grads)", ("backwards", "bwd")),

@@ -29,7 +29,7 @@ from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTens
 
 from opclass.core.shield import shield
 from opclass.define.hookspec import Hook, HookContext
-from opclass.hooks.kernels import install_kernel
+from opclass.builtin_hooks.kernels import install_kernel
 from opclass.install.core import register_fake
 from opclass.install.record import Kernel, OpRecord
 

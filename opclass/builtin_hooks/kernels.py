@@ -16,14 +16,14 @@ from torch import _C
 
 from opclass.core.compat import MUTATION_TAGS, OUT_TAG
 from opclass.core.shield import shield
-from opclass.define.hookspec import Hook, HookContext
+from opclass.define.hookspec import Hook, HookContext, hooks
 from opclass.errors import formatdef
-from opclass.hooks import debug
+from opclass.builtin_hooks import debug
 from opclass.install.core import register_fake
 from opclass.install.existing import fake_keys
 from opclass.install.record import Kernel, OpRecord
 
-__all__ = ["device_hook", "abstract_hook", "install_kernel"]
+__all__ = ["device_hook", "abstract_hook", "composite_hook", "autograd_hook", "install_kernel"]
 
 
 def device_hook(device_type: str | None) -> Hook:
@@ -94,3 +94,74 @@ def abstract_hook() -> Hook:
         aliases=("fake", "meta", "fake_impl", "register_fake", "abstract_impl"),
         doc="fake (meta) kernel for torch.compile/export; torch.library.get_ctx() works inside",
     )
+
+
+# --------------------------------------------------------------------------- bodies: composite, autograd
+
+
+def _check_body(fn: Any, ctx: HookContext) -> None:
+    # The body runs at the Autograd keys, before any backend, autograd or fake kernel could.
+    shadowed = {"CompositeImplicitAutograd", "CompositeExplicitAutograd", "Autograd", "Meta", *fake_keys()}
+    for hook, value in ctx.defined.items():
+        other = hooks()[hook]
+        if hook == ctx.hook or other.occupies is None:
+            continue
+        keys = {k for keys, _, _ in other.occupies(value) for k in keys}
+        if keys & shadowed or any(k.startswith("Autograd") or (other.device_type and other.backend) for k in keys):
+            ctx.fail(
+                f"the op is its {ctx.hook} body, which runs before any other kernel could; {ctx.cls_name}.{hook} would never run",
+                f"drop {hook}, or drop {ctx.hook} and write the body as default",
+            )
+
+
+def _body_hook(name: str, key: str, doc: str, aliases: tuple[str, ...]) -> Hook:
+    def install(record: OpRecord, fn: Callable[..., Any]) -> None:
+        record.decomposes = True
+        record.lib.impl(record.overload_name(), shield(record.outputs.checked(record.where(name), fn)), key)
+
+    occupies = (((key,), f"a kernel at {key}", f"drop {name}: the op's own kernels stay in charge"),)
+    return Hook(name, install, check=_check_body, kernel=True, backend=True, occupies=lambda value: occupies, aliases=aliases, doc=doc)
+
+
+def composite_hook() -> Hook:
+    """The ``composite`` hook: the op's body, made of torch ops, registered as a
+    ``CompositeImplicitAutograd`` kernel (``Library.impl(..., "CompositeImplicitAutograd")``).
+
+    Autograd differentiates through the body, FakeTensor runs it, TorchDispatchModes and
+    ``run_decompositions`` see the ops it calls, not the op; ``torch.compile`` and
+    ``torch.export`` decompose it. The class call always goes through the dispatcher: the op
+    has no kernel of its own that a fast path could call.
+
+    Example:
+        >>> import torch, opclass
+        >>> class DocsSquare(opclass.CustomOp, name="docs_kernels::square"):
+        ...     @staticmethod
+        ...     def composite(x: torch.Tensor) -> torch.Tensor:
+        ...         return x * x
+        >>> DocsSquare(torch.tensor(3.0, requires_grad=True)).grad_fn.name()
+        'MulBackward0'
+        >>> opclass.remove(DocsSquare)
+    """
+    doc = "the op as torch ops (CompositeImplicitAutograd): autograd, modes and decompositions see through it"
+    return _body_hook("composite", "CompositeImplicitAutograd", doc, ("decomposition", "implicit", "body"))
+
+
+def autograd_hook() -> Hook:
+    """The ``autograd`` hook: the op's only kernel, at the ``Autograd`` key
+    (``Library.impl(..., "Autograd")``), as torch's own ``quantized_decomposed`` ops write one:
+    typically it applies an ``autograd.Function`` of its own. With no backend kernel, the op
+    raises under ``inference_mode`` (autograd is off there, so nothing serves the call), and its
+    checks run under FakeTensor. The class call always goes through the dispatcher.
+
+    Example:
+        >>> import torch, opclass
+        >>> class DocsTwice(opclass.CustomOp, name="docs_kernels::twice"):
+        ...     @staticmethod
+        ...     def autograd(x: torch.Tensor) -> torch.Tensor:
+        ...         return x * 2
+        >>> DocsTwice(torch.ones(1))
+        tensor([2.])
+        >>> opclass.remove(DocsTwice)
+    """
+    doc = "the op's only kernel, at the Autograd key (as Library.impl(..., 'Autograd')): no backend kernel"
+    return _body_hook("autograd", "Autograd", doc, ("autograd_impl", "autograd_kernel"))

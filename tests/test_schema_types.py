@@ -1,0 +1,256 @@
+"""The schema types beyond custom_op's annotations: plain ``int`` (``opclass.Int``), ``str[]`` and
+``Device[]``, each through every eager call path, ``torch.compile(fullgraph=True)``,
+``torch.export`` and ``opcheck``; the types refused with their reason; and the docs' table, which
+is the code's table."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Callable, NamedTuple, Optional
+
+import pytest
+import torch
+from torch import Tensor
+
+import opclass
+from opclass import CustomOp, Int, OpDefinitionError, SchemaType
+from opclass._harness import call_paths
+
+X23 = torch.arange(6.0).reshape(2, 3)
+
+
+def k_int(x: Tensor, axis: Int) -> Tensor:
+    return x.sum(axis)
+
+
+def k_int_default(x: Tensor, axis: Int = 1) -> Tensor:
+    return x.sum(axis)
+
+
+def k_int_list(x: Tensor, dims: list[Int]) -> Tensor:
+    return x.sum(dims)
+
+
+def k_optional_int(x: Tensor, n: Optional[Int] = None) -> Tensor:
+    return x.clone() if n is None else x * n
+
+
+def k_optional_int_list(x: Tensor, dims: Optional[list[Int]] = None) -> Tensor:
+    return x.sum() if dims is None else x.sum(dims)
+
+
+def k_int_return(x: Tensor) -> tuple[Tensor, Int]:
+    return x * 2, x.dim()
+
+
+def k_str_list(x: Tensor, modes: list[str]) -> Tensor:
+    for mode in modes:
+        x = {"double": x * 2, "neg": -x}[mode]
+    return x
+
+
+def k_optional_str_list(x: Tensor, modes: Optional[list[str]] = None) -> Tensor:
+    return x.clone() if modes is None else x * len(modes)
+
+
+def k_device_list(x: Tensor, devices: list[torch.device]) -> Tensor:
+    return x.to(devices[0]) * 1
+
+
+class Row(NamedTuple):
+    kernel: Callable[..., Any]
+    schema: str
+    args: tuple[Any, ...]
+    expected: Any
+
+
+ROWS = {
+    "int": Row(k_int, "(Tensor x, int axis) -> Tensor", (X23, 1), X23.sum(1)),
+    "int_default": Row(k_int_default, "(Tensor x, int axis=1) -> Tensor", (X23,), X23.sum(1)),
+    "int_list": Row(k_int_list, "(Tensor x, int[] dims) -> Tensor", (X23, [0, 1]), X23.sum([0, 1])),
+    "optional_int": Row(k_optional_int, "(Tensor x, int? n=None) -> Tensor", (X23, 3), X23 * 3),
+    "optional_int_list": Row(k_optional_int_list, "(Tensor x, int[]? dims=None) -> Tensor", (X23, [1]), X23.sum([1])),
+    "int_return": Row(k_int_return, "(Tensor x) -> (Tensor, int)", (X23,), (X23 * 2, 2)),
+    "str_list": Row(k_str_list, "(Tensor x, str[] modes) -> Tensor", (X23, ["double", "neg"]), -(X23 * 2)),
+    "optional_str_list": Row(k_optional_str_list, "(Tensor x, str[]? modes=None) -> Tensor", (X23, ["a", "b"]), X23 * 2),
+    "device_list": Row(k_device_list, "(Tensor x, Device[] devices) -> Tensor", (X23, [torch.device("cpu")]), X23 * 1),
+}
+
+
+def _define(ns: str, name: str, row: Row) -> Any:
+    class Op(CustomOp, name=f"{ns}::{name}"):
+        default = staticmethod(row.kernel)  # torch ops only: it serves as the fake kernel too
+
+    return Op
+
+
+def _same(got: Any, expected: Any) -> None:
+    if isinstance(expected, tuple):
+        assert type(got) is tuple and len(got) == len(expected)
+        for g, e in zip(got, expected):
+            _same(g, e)
+    elif isinstance(expected, Tensor):
+        assert isinstance(got, Tensor) and torch.equal(got, expected)
+    else:
+        assert type(got) is type(expected) and got == expected
+
+
+class _Call(torch.nn.Module):
+    def __init__(self, op: Any, rest: tuple[Any, ...]) -> None:
+        super().__init__()
+        self.op, self.rest = op, rest
+
+    def forward(self, x: Tensor) -> Any:
+        return self.op(x, *self.rest)
+
+
+@pytest.mark.parametrize("name", list(ROWS))
+def test_schema_type_on_every_path(ns: str, name: str) -> None:
+    row = ROWS[name]
+    op = _define(ns, name, row)
+    assert op.schema == row.schema
+    assert op.op._schema == torch._C.parse_schema(f"{ns}::{name}{row.schema}")
+    for label, fn in call_paths(op).items():
+        _same(fn(*row.args), row.expected)
+    x, rest = row.args[0], row.args[1:]
+    torch._dynamo.reset()
+    _same(torch.compile(lambda x: op(x, *rest), backend="aot_eager", fullgraph=True)(x), row.expected)
+    exported = torch.export.export(_Call(op, rest), (x,))
+    _same(exported.module()(x), row.expected)
+    assert set(torch.library.opcheck(op.op, row.args).values()) == {"SUCCESS"}
+
+
+def test_plain_int_is_specialised_and_symint_is_not(ns: str) -> None:
+    """The point of a plain int: torch.compile bakes it in, where a SymInt may stay symbolic."""
+
+    class Plain(CustomOp, name=f"{ns}::plain"):
+        @staticmethod
+        def default(x: Tensor, n: Int) -> Tensor:
+            return x * n
+
+    class Sym(CustomOp, name=f"{ns}::sym"):
+        @staticmethod
+        def default(x: Tensor, n: int) -> Tensor:
+            return x * n
+
+    for op, kind, graphs in ((Plain, "int", 3), (Sym, "SymInt", 1)):
+        assert f"(Tensor x, {kind} n)" in str(op.op._schema)
+        torch._dynamo.reset()
+        made: list[Any] = []
+
+        def backend(gm: torch.fx.GraphModule, inputs: Any) -> Any:
+            made.append(gm)
+            return gm.forward
+
+        fn = torch.compile(lambda x, n: op(x, n), backend=backend, fullgraph=True, dynamic=True)
+        for n in (2, 3, 4):
+            assert torch.equal(fn(torch.ones(2), n), torch.full((2,), float(n)))
+        assert len(made) == graphs, kind  # a graph per value of a plain int; one for a SymInt
+
+
+@pytest.mark.parametrize(
+    ("annotation", "says"),
+    [
+        ("Optional[torch.Generator]", "torch.compile cannot pass a torch.Generator to a custom op"),
+        ("torch.UntypedStorage", "torch.compile and torch.export cannot pass a Storage to a custom op"),
+        ("torch.Stream", "torch.compile and torch.export cannot pass a Stream to a custom op"),
+        ("list[torch.dtype]", "torch.library.opcheck cannot check a list of dtypes"),
+    ],
+)
+def test_types_torch_cannot_carry_are_refused_with_the_reason(ns: str, annotation: str, says: str) -> None:
+    with pytest.raises(OpDefinitionError) as info:
+        exec(  # noqa: S102 - the annotation is the subject
+            f"class Bad(CustomOp, name='{ns}::bad'):\n    @staticmethod\n    def default(x: Tensor, a: {annotation}) -> Tensor:\n        return x\n",
+            {"CustomOp": CustomOp, "Tensor": Tensor, "torch": torch, "Optional": Optional},
+        )
+    assert says in info.value.problem
+    assert "in schema= if eager calls are all you need" in info.value.fix
+
+
+def test_schema_type_marker_checks_its_python_type(ns: str) -> None:
+    with pytest.raises(OpDefinitionError, match=r"SchemaType\('int'\) annotates float, not int"):
+
+        class Bad(CustomOp, name=f"{ns}::bad"):
+            @staticmethod
+            def default(x: Tensor, n: Annotated[float, SchemaType("int")]) -> Tensor:
+                return x * n
+
+    with pytest.raises(ValueError, match="SchemaType\\('Dimname'\\): supported are 'int', 'SymInt'"):
+        SchemaType("Dimname")
+
+
+def test_the_docs_table_is_the_code_table() -> None:
+    text = (Path(__file__).parents[1] / "docs" / "guide" / "schema.md").read_text()
+    rows = re.search(r"\| annotation \| schema type \|\n\|---\|---\|\n((?:\|.*\|\n)+)", text)
+    assert rows is not None
+    cell = lambda t: t.replace("|", "\\|")  # noqa: E731
+    assert rows.group(1) == "".join(f"| {cell(a)} | {cell(b)} |\n" for a, b in opclass.SUPPORTED_TYPES)
+
+
+# --------------------------------------------------------------------------- real libraries
+
+
+def test_quantized_decomposed_needs_no_schema_string(ns: str) -> None:
+    """torch's own quantized_decomposed::quantize_per_tensor, from annotations alone: the same
+    schema, the same values, bit for bit."""
+    import torch.ao.quantization.fx._decomposed  # noqa: F401 - defines torch's op
+
+    class QuantizePerTensor(CustomOp, name=f"{ns}::quantize_per_tensor"):
+        @staticmethod
+        def default(input: Tensor, scale: float, zero_point: Int, quant_min: Int, quant_max: Int, dtype: torch.dtype) -> Tensor:
+            inv_scale = 1.0 / scale
+            return torch.clamp(torch.round(input * inv_scale) + zero_point, quant_min, quant_max).to(dtype)
+
+    original = torch.ops.quantized_decomposed.quantize_per_tensor.default
+    assert f"{ns}::quantize_per_tensor{QuantizePerTensor.schema}" == str(original._schema).replace("quantized_decomposed::", f"{ns}::")
+    x = torch.randn(64) * 10
+    args = (x, 0.05, 3, -128, 127, torch.int8)
+    for fn in call_paths(QuantizePerTensor).values():
+        assert torch.equal(fn(*args), original(*args))
+    assert set(torch.library.opcheck(QuantizePerTensor.op, args).values()) == {"SUCCESS"}
+
+
+def test_bitsandbytes_needs_no_schema_string(ns: str) -> None:
+    """bitsandbytes defines quantize_blockwise with the schema string below (torch.library.define);
+    the annotations give the same one."""
+
+    class QuantizeBlockwise(CustomOp, name=f"{ns}::quantize_blockwise"):
+        @staticmethod
+        def default(A: Tensor, code: Tensor, blocksize: Int) -> tuple[Tensor, Tensor]:
+            blocks = A.reshape(-1, blocksize)
+            absmax = blocks.abs().amax(1)
+            scaled = blocks / absmax[:, None]
+            out = (scaled[..., None] - code).abs().argmin(-1).to(torch.uint8)
+            return out.reshape(A.shape), absmax
+
+    assert QuantizeBlockwise.schema == "(Tensor A, Tensor code, int blocksize) -> (Tensor, Tensor)"
+    args = (torch.randn(4, 64), torch.linspace(-1, 1, 256), 64)
+    outs = [fn(*args) for fn in call_paths(QuantizeBlockwise).values()]
+    assert all(torch.equal(o[0], outs[0][0]) and torch.equal(o[1], outs[0][1]) for o in outs)
+    assert set(torch.library.opcheck(QuantizeBlockwise.op, args).values()) == {"SUCCESS"}
+
+
+def test_kernels_keep_their_parameter_names_when_positional_only(ns: str) -> None:
+    schema = "(Tensor input, int quant_min, int quant_max) -> Tensor"
+    with pytest.raises(OpDefinitionError) as info:
+
+        class Named(CustomOp, name=f"{ns}::named", schema=schema):
+            @staticmethod
+            def cpu(input, qmin, qmax):  # type: ignore[no-untyped-def]
+                return input.clamp(qmin, qmax)
+
+    assert str(info.value) == (
+        "Named.cpu(input, qmin, qmax): its parameters (input, qmin, qmax) do not match the op's (input, quant_min, quant_max); "
+        "write cpu(input, quant_min, quant_max), or keep its names and make them positional-only: (input, qmin, qmax, /)"
+    )
+
+    class Clamp(CustomOp, name=f"{ns}::clamp", schema=schema):
+        @staticmethod
+        def cpu(input, qmin, qmax, /):  # type: ignore[no-untyped-def]
+            return input.clamp(qmin, qmax)
+
+    x = torch.arange(-3.0, 4.0)
+    for fn in call_paths(Clamp).values():
+        assert fn(x, -1, 2).tolist() == [-1, -1, -1, 0, 1, 2, 2]
+    assert Clamp(input=x, quant_min=0, quant_max=1).tolist() == [0, 0, 0, 0, 1, 1, 1]
