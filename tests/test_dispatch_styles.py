@@ -166,3 +166,13 @@ def test_composite_refuses_kernels_it_would_shadow(ns: str) -> None:
 
 def test_composite_is_a_documented_hook() -> None:
     assert opclass.hooks()["composite"].backend and "CompositeImplicitAutograd" in opclass.hooks()["composite"].doc
+
+
+@pytest.mark.parametrize("style", list(STYLES))
+def test_opcheck_passes_as_for_the_library_twin(ns: str, style: str) -> None:
+    ops = _ops(ns, style)
+    results = {}
+    for label in ("Op.op(...)", "Library"):
+        results[label] = torch.library.opcheck(ops[label], (torch.randn(3, requires_grad=True), 2.0))
+    assert results["Op.op(...)"] == results["Library"]
+    assert set(results["Library"].values()) == {"SUCCESS"}

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Callable, NamedTuple, Optional
 import pytest
 import torch
 from torch import Tensor
+from torch.types import Number
 
 import opclass
 from opclass import CustomOp, Int, OpDefinitionError, SchemaType
@@ -58,6 +59,22 @@ def k_device_list(x: Tensor, devices: list[torch.device]) -> Tensor:
     return x.to(devices[0]) * 1
 
 
+def k_bool_list(x: Tensor, flips: list[bool]) -> Tensor:
+    return -x if flips.count(True) % 2 else x.clone()
+
+
+def k_float_list(x: Tensor, gains: list[float]) -> Tensor:
+    return x * gains[0] * gains[1]
+
+
+def k_scalar_list(x: Tensor, gains: list[Number]) -> Tensor:
+    return x * float(gains[0] * gains[1])
+
+
+def k_optional_tensor_list(x: Tensor, ys: list[Optional[Tensor]]) -> Tensor:
+    return x + sum(y for y in ys if y is not None)
+
+
 class Row(NamedTuple):
     kernel: Callable[..., Any]
     schema: str
@@ -75,6 +92,10 @@ ROWS = {
     "str_list": Row(k_str_list, "(Tensor x, str[] modes) -> Tensor", (X23, ["double", "neg"]), -(X23 * 2)),
     "optional_str_list": Row(k_optional_str_list, "(Tensor x, str[]? modes=None) -> Tensor", (X23, ["a", "b"]), X23 * 2),
     "device_list": Row(k_device_list, "(Tensor x, Device[] devices) -> Tensor", (X23, [torch.device("cpu")]), X23 * 1),
+    "bool_list": Row(k_bool_list, "(Tensor x, bool[] flips) -> Tensor", (X23, [True, False]), -X23),
+    "float_list": Row(k_float_list, "(Tensor x, float[] gains) -> Tensor", (X23, [2.0, 0.5]), X23),
+    "scalar_list": Row(k_scalar_list, "(Tensor x, Scalar[] gains) -> Tensor", (X23, [2, 1.5]), X23 * 3.0),
+    "optional_tensor_list": Row(k_optional_tensor_list, "(Tensor x, Tensor?[] ys) -> Tensor", (X23, [X23, None]), X23 * 2),
 }
 
 
@@ -254,3 +275,31 @@ def test_kernels_keep_their_parameter_names_when_positional_only(ns: str) -> Non
     for fn in call_paths(Clamp).values():
         assert fn(x, -1, 2).tolist() == [-1, -1, -1, 0, 1, 2, 2]
     assert Clamp(input=x, quant_min=0, quant_max=1).tolist() == [0, 0, 0, 0, 1, 1, 1]
+
+
+def test_an_autograd_only_op_of_quantized_decomposed_needs_no_schema_string(ns: str) -> None:
+    """fake_quant_per_channel: torch registers only an Autograd kernel (and Meta); the autograd
+    hook with annotations alone gives the same schema, values, gradients and inference_mode error."""
+    from torch.ao.quantization.fx._decomposed import FakeQuantPerChannel
+
+    class FakeQuant(CustomOp, name=f"{ns}::fake_quant_per_channel"):
+        @staticmethod
+        def autograd(input: Tensor, scales: Tensor, zero_points: Tensor, axis: Int, quant_min: Int, quant_max: Int) -> Tensor:
+            return FakeQuantPerChannel.apply(input, scales, zero_points, axis, quant_min, quant_max)
+
+    original = torch.ops.quantized_decomposed.fake_quant_per_channel.default
+    assert f"{ns}::fake_quant_per_channel{FakeQuant.schema}" == str(original._schema).replace("quantized_decomposed::", f"{ns}::")
+    x = (torch.randn(3, 4) * 4).requires_grad_()
+    args = (torch.tensor([0.5, 0.25, 1.0]), torch.tensor([0, 1, -1], dtype=torch.int32), 0, -4, 3)
+    want = original(x, *args)
+    want.sum().backward()
+    want_grad, x.grad = x.grad, None
+    for fn in call_paths(FakeQuant).values():
+        got = fn(x, *args)
+        got.sum().backward()
+        assert torch.equal(got, want) and torch.equal(x.grad, want_grad)
+        x.grad = None
+        with torch.inference_mode(), pytest.raises(NotImplementedError, match="CPU"):
+            fn(x.detach(), *args)
+    with torch.inference_mode(), pytest.raises(NotImplementedError, match="CPU"):
+        original(x.detach(), *args)

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 from typing_extensions import reveal_type
 
-from ops import AddInto, ForeignDouble, ForeignNeg, FromSchema, MinMax, Quantize, Scale, ScaleVariant, SinCpu, WeightedSum
+from ops import AddInto, ForeignDouble, ForeignNeg, FromSchema, MinMax, Quantize, Scale, ScaleVariant, Silu, SinCpu, WeightedSum
 
 x = torch.ones(3)
 
@@ -56,6 +56,9 @@ reveal_type(SinCpu(x))
 # M: note: Revealed type is "torch._tensor.Tensor"
 # P: information: Type of "Quantize(x, 0, 255, [0])" is "Tensor"
 reveal_type(Quantize(x, 0, 255, [0]))
+# M: note: Revealed type is "torch._tensor.Tensor"
+# P: information: Type of "Silu(x, 2)" is "Tensor"
+reveal_type(Silu(x, 2.0))
 
 # An op class is a callable with the op's signature.
 unary: Callable[[Tensor], Tensor] = Scale

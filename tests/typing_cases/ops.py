@@ -101,3 +101,11 @@ class Quantize(CustomOp, name="typing_cases::quantize"):
     @staticmethod
     def cpu(x: Tensor, quant_min: opclass.Int, quant_max: opclass.Int, dims: list[opclass.Int]) -> Tensor:
         return x.clamp(quant_min, quant_max).sum(dims)
+
+
+class Silu(CustomOp, name="typing_cases::silu"):
+    """A composite op: typed from its body like any kernel."""
+
+    @staticmethod
+    def composite(x: Tensor, k: float) -> Tensor:
+        return torch.nn.functional.silu(x) * k
