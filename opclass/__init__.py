@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .callpath.classcall import remove, remove_namespace
     from .core.names import DEVICE_TYPES
     from .core.native import guard_backend, guard_info
+    from .decompose import decompositions
     from .define.annotations import SUPPORTED_TYPES, Int, SchemaType
     from .define.hookspec import Hook, HookContext, hooks, register_hook, unregister_hook
     from .errors import OpDefinitionError
@@ -36,6 +37,7 @@ __all__ = [
     "OpRecord",
     "SUPPORTED_TYPES",
     "SchemaType",
+    "decompositions",
     "device_hook",
     "guard_backend",
     "guard_info",

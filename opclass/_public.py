@@ -13,6 +13,7 @@ from opclass._op import CustomOp, OpMeta
 from opclass.callpath.classcall import remove, remove_namespace
 from opclass.core.names import DEVICE_TYPES
 from opclass.core.native import guard_backend, guard_info
+from opclass.decompose import decompositions
 from opclass.define.annotations import SUPPORTED_TYPES, Int, SchemaType
 from opclass.define.hookspec import Hook, HookContext, hooks, register_hook, unregister_hook
 from opclass.errors import OpDefinitionError

@@ -80,6 +80,10 @@ class HasAutograd(Protocol[P, R]):
     @staticmethod
     def autograd(*args: P.args, **kwargs: P.kwargs) -> R: ...
 
+class HasReference(Protocol[P, R]):
+    @staticmethod
+    def reference(*args: P.args, **kwargs: P.kwargs) -> R: ...
+
 class NoKernel(Protocol[P, R]):
     @staticmethod
     def _abstract_op_base_has_no_kernel(*args: P.args, **kwargs: P.kwargs) -> R: ...
@@ -88,5 +92,5 @@ Kernel: TypeAlias = Union[
     type[HasDefault[P, R]], type[HasCpu[P, R]], type[HasCuda[P, R]], type[HasMps[P, R]],
     type[HasXpu[P, R]], type[HasHpu[P, R]], type[HasMtia[P, R]], type[HasXla[P, R]],
     type[HasIpu[P, R]], type[HasMaia[P, R]], type[HasHip[P, R]], type[HasPrivateuseone[P, R]],
-    type[HasAbstract[P, R]], type[HasComposite[P, R]], type[HasAutograd[P, R]], type[NoKernel[P, R]]
+    type[HasAbstract[P, R]], type[HasComposite[P, R]], type[HasAutograd[P, R]], type[HasReference[P, R]], type[NoKernel[P, R]]
 ]

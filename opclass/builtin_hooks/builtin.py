@@ -187,6 +187,11 @@ def _check_samples(fn: Any, ctx: HookContext) -> None:
         )
 
 
+def _install_reference(record: OpRecord, fn: Callable[..., Any]) -> None:
+    # Metadata for opclass.decompositions: nothing runs it until a program is decomposed.
+    record.reference = fn
+
+
 def _install_samples(record: OpRecord, fn: Callable[..., Any]) -> None:
     # Metadata for opclass.testing: no dispatcher registration, nothing the fast path reads.
     record.samples = fn
@@ -223,5 +228,6 @@ def register_builtin_hooks() -> None:
     register_hook(Hook("autocast", _install_autocast, check=_check_autocast, staticmethod=False, doc="dict device type -> dtype: cast floating inputs under autocast", occupies=_autocast_keys))
     register_hook(Hook("torch_dispatch", install_torch_dispatch, check=_check_torch_dispatch, staticmethod=False, doc="dict Tensor subclass / TorchDispatchMode -> rule"))
     register_hook(sharding.sharding_hook())
+    register_hook(Hook("reference", _install_reference, kernel=True, doc="the op in torch ops, for opclass.decompositions(): what deployment decomposes it into", aliases=("decompose", "ref")))
     register_hook(Hook("samples", _install_samples, check=_check_samples, doc="representative inputs for opclass.testing: () -> Sample or args tuples"))
     register_hook(traceable.traceable_hook())  # after the kernel hooks: it replaces their kernels

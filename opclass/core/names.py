@@ -38,6 +38,7 @@ HOOK_KINDS: dict[str, str] = {
     "autocast": "value",
     "torch_dispatch": "value",
     "sharding": "static",
+    "reference": "kernel",
     "samples": "static",
     "traceable": "value",
 }

@@ -128,7 +128,7 @@ def register_default_fake(record: OpRecord) -> None:
             try:
                 return kernel(*args, **kwargs)
             except Exception as e:
-                if not _needs_real_data(e):
+                if not needs_real_data(e):
                     raise  # the kernel's own error (a bad argument...), as in eager mode
                 raise_in_trace(_no_fake(f"{message}. {cls_name}.default cannot run on fake tensors: {_first_line(e)}"), e)
 
@@ -167,8 +167,9 @@ def _reads_data(e: BaseException) -> bool:
     return isinstance(e, (DataDependentOutputException, GuardOnDataDependentSymNode))
 
 
-def _needs_real_data(e: BaseException) -> bool:
-    """The error says the kernel needs values or storage that fake tensors do not have."""
+def needs_real_data(e: BaseException) -> bool:
+    """The error says a kernel needs values or storage that fake tensors do not have (it calls
+    NumPy, reads values, makes a data-dependent shape, or runs an op with no fake kernel)."""
     from torch._subclasses.fake_tensor import DynamicOutputShapeException, UnsupportedOperatorException
 
     if _reads_data(e) or isinstance(e, (DynamicOutputShapeException, UnsupportedOperatorException)):

@@ -98,6 +98,8 @@ class OpRecord(OpSpec):
         self.autograd_kernel: Callable[[OpRecord], Callable[..., Any]] | None = None
         #: The op's call under torch.func transforms (made by the install when no hook gave one).
         self.functorch_entry: Callable[..., Any] | None = None
+        #: The op written in torch ops, for :func:`opclass.decompositions` (metadata, as ``samples``).
+        self.reference: Callable[..., Any] | None = None
         #: Representative inputs for :mod:`opclass.testing` (metadata: nothing registers or reads it).
         self.samples: Callable[..., Any] | None = None
         #: The op's autograd.Functions, made on first need (:func:`opclass.install.functions.functions`).

@@ -1,0 +1,169 @@
+"""Decompositions on request (``opclass.decompositions``): the table for a set of ops (a plain
+torch ``default``, a separate ``reference``, the refused cases), numerics and dynamic shapes kept
+by ``run_decompositions``, and an AOTInductor package of the decomposed program run in a fresh
+process that imports neither opclass nor the module that defined the ops."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch import Tensor
+
+import opclass
+from opclass import CustomOp
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _ops(ns: str) -> dict[str, Any]:
+    class Gelu(CustomOp, name=f"{ns}::gelu"):
+        """A plain-torch default: it is its own decomposition."""
+
+        @staticmethod
+        def default(x: Tensor, k: float = 1.0) -> Tensor:
+            return torch.nn.functional.gelu(x) * k
+
+    class NpTanh(CustomOp, name=f"{ns}::np_tanh"):
+        """A NumPy kernel with a reference in torch ops."""
+
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            return torch.from_numpy(np.tanh(x.numpy()))
+
+        @staticmethod
+        def abstract(x: Tensor) -> Tensor:
+            return torch.empty_like(x)
+
+        @staticmethod
+        def reference(x: Tensor) -> Tensor:
+            return torch.tanh(x)
+
+    return {"gelu": Gelu, "np_tanh": NpTanh}
+
+
+class _Model(torch.nn.Module):
+    def __init__(self, ops: dict[str, Any]) -> None:
+        super().__init__()
+        self.ops = ops
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.ops["np_tanh"](self.ops["gelu"](self.linear(x), 0.5)) + 1
+
+
+def _targets(ep: torch.export.ExportedProgram) -> list[str]:
+    return [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
+
+
+def test_the_table_names_each_op(ns: str) -> None:
+    ops = _ops(ns)
+    table = opclass.decompositions(*ops.values())
+    assert list(table) == [ops["gelu"].op, ops["np_tanh"].op]
+    assert [fn.__name__ for fn in table.values()] == ["Gelu_default", "NpTanh_reference"]
+    base = torch.export.default_decompositions()
+    assert opclass.decompositions(ops["gelu"], base=base) is base and ops["gelu"].op in base
+    assert set(table) <= set(opclass.decompositions())  # no op classes: every live one
+
+
+def test_decomposed_program_keeps_numerics_and_dynamic_shapes(ns: str) -> None:
+    ops = _ops(ns)
+    model = _Model(ops)
+    x = torch.randn(4, 8)
+    ep = torch.export.export(model, (x,), dynamic_shapes=({0: torch.export.Dim("batch")},))
+    assert f"{ns}.gelu.default" in _targets(ep) and f"{ns}.np_tanh.default" in _targets(ep)
+    decomposed = ep.run_decompositions(opclass.decompositions(*ops.values(), base=torch.export.default_decompositions()))
+    assert not any(ns in t for t in _targets(decomposed))
+    assert decomposed.range_constraints  # the batch Dim survived
+    for batch in (4, 7):
+        x = torch.randn(batch, 8)
+        torch.testing.assert_close(decomposed.module()(x), model(x))
+
+
+def test_refused_with_the_reason(ns: str) -> None:
+    class NpOnly(CustomOp, name=f"{ns}::np_only"):
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            return torch.from_numpy(np.exp(x.numpy()))
+
+    class Fill(CustomOp, name=f"{ns}::fill", mutates_args=("x",)):
+        @staticmethod
+        def default(x: Tensor, v: float) -> None:
+            x.fill_(v)
+
+    with pytest.raises(ValueError) as info:
+        opclass.decompositions(NpOnly)
+    assert str(info.value) == (
+        f"{ns}::np_only (NpOnly) has no decomposition: its kernels (NpOnly.cpu) may leave torch (NumPy, C++, Triton). "
+        "Define NpOnly.reference: the same computation in torch ops"
+    )
+    with pytest.raises(ValueError, match=rf"^{ns}::fill \(Fill\) mutates x, and a decomposition is functional"):
+        opclass.decompositions(Fill)
+    with pytest.raises(TypeError, match="is not a live op class"):
+        opclass.decompositions(torch.nn.Linear)
+
+
+def test_a_default_that_leaves_torch_fails_when_decomposed(ns: str) -> None:
+    class NpDefault(CustomOp, name=f"{ns}::np_default"):
+        @staticmethod
+        def default(x: Tensor) -> Tensor:
+            return torch.from_numpy(np.exp(x.numpy()))
+
+        @staticmethod
+        def abstract(x: Tensor) -> Tensor:
+            return torch.empty_like(x)
+
+    ep = torch.export.export(_Call(NpDefault), (torch.randn(3),))
+    with pytest.raises(RuntimeError, match=rf"{ns}::np_default \(NpDefault.default\) cannot be traced into torch ops .*define NpDefault.reference"):
+        ep.run_decompositions(opclass.decompositions(NpDefault))
+
+
+def test_composite_ops_need_no_entry(ns: str) -> None:
+    class Square(CustomOp, name=f"{ns}::square"):
+        @staticmethod
+        def composite(x: Tensor) -> Tensor:
+            return x * x
+
+    assert Square.op not in opclass.decompositions(Square)
+
+
+class _Call(torch.nn.Module):
+    def __init__(self, op: Any) -> None:
+        super().__init__()
+        self.op = op
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.op(x)
+
+
+def test_aoti_package_runs_without_python_ops(ns: str, tmp_path: Path) -> None:
+    """The package is built here and loaded in a fresh process that imports neither opclass nor
+    this module, so no op class is defined there."""
+    ops = _ops(ns)
+    model = _Model(ops)
+    x = torch.randn(5, 8)
+    ep = torch.export.export(model, (x,), dynamic_shapes=({0: torch.export.Dim("batch")},))
+    decomposed = ep.run_decompositions(opclass.decompositions(*ops.values(), base=torch.export.default_decompositions()))
+    try:
+        path = torch._inductor.aoti_compile_and_package(decomposed, package_path=str(tmp_path / "model.pt2"))
+    except Exception as e:  # noqa: BLE001 - a machine without a C++ toolchain cannot build one
+        pytest.skip(f"AOTInductor cannot build a package here: {type(e).__name__}: {str(e).splitlines()[0]}")
+    x = torch.randn(3, 8)  # another batch size than exported with
+    expected = model(x)
+    torch.save(x, tmp_path / "x.pt")
+    code = (
+        "import sys, torch\n"
+        f"m = torch._inductor.aoti_load_package({path!r})\n"
+        f"y = m(torch.load({str(tmp_path / 'x.pt')!r}))\n"
+        f"torch.save(y, {str(tmp_path / 'y.pt')!r})\n"
+        "print(sorted(k for k in sys.modules if k.startswith('opclass') or k.startswith('test_')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+    torch.testing.assert_close(torch.load(tmp_path / "y.pt"), expected)
