@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, MutableMapping
 
+from opclass.errors import first_line
 from opclass.install.core import needs_real_data
 from opclass.install.record import OpRecord, live_records
 
@@ -102,9 +103,8 @@ def _decomposition(record: OpRecord) -> Callable[..., Any]:
         except Exception as e:
             if not needs_real_data(e):
                 raise
-            first = (str(e).strip().splitlines() or [""])[0]
             raise RuntimeError(
-                f"{where} cannot be traced into torch ops ({type(e).__name__}: {first}): "
+                f"{where} cannot be traced into torch ops ({first_line(e)}): "
                 f"define {cls_name}.reference, the same computation in torch ops"
             ) from e
 

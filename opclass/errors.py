@@ -90,3 +90,8 @@ def did_you_mean(name: str, candidates: Iterable[str], aliases: dict[str, str] |
         return lowered[name.lower()]
     close = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.75)
     return lowered[close[0]] if close else None
+
+
+def first_line(e: BaseException) -> str:
+    """``"ValueError: <first line of its message>"``: another error, quoted inside one of ours."""
+    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"

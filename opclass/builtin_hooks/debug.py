@@ -27,6 +27,7 @@ import torch
 from torch.utils._pytree import tree_leaves, tree_map_only
 
 from opclass.core.types import tensors_in
+from opclass.errors import first_line
 from opclass.install.core import has_fake_kernel, says_no_fake_kernel
 
 if TYPE_CHECKING:
@@ -165,7 +166,7 @@ def fake_disagrees(record: OpRecord, where: str, args: tuple[Any, ...], kwargs: 
     except Exception as e:  # noqa: BLE001 - any error is the fake kernel's mistake here
         if says_no_fake_kernel(e):
             return None  # the op cannot run under torch.compile at all, which says so there
-        problem = f"raised {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+        problem = f"raised {first_line(e)}"
     else:
         reals, fakes = tree_leaves(out), tree_leaves(fake_out)
         if len(reals) != len(fakes):

@@ -101,13 +101,13 @@ def abstract_hook() -> Hook:
 
 def _check_body(fn: Any, ctx: HookContext) -> None:
     # The body runs at the Autograd keys, before any backend, autograd or fake kernel could.
-    shadowed = {"CompositeImplicitAutograd", "CompositeExplicitAutograd", "Autograd", "Meta", *fake_keys()}
+    shadowed = {"Meta", *fake_keys()}
     for hook, value in ctx.defined.items():
         other = hooks()[hook]
         if hook == ctx.hook or other.occupies is None:
             continue
         keys = {k for keys, _, _ in other.occupies(value) for k in keys}
-        if keys & shadowed or any(k.startswith("Autograd") or (other.device_type and other.backend) for k in keys):
+        if other.backend or keys & shadowed or any(k.startswith("Autograd") for k in keys):
             ctx.fail(
                 f"the op is its {ctx.hook} body, which runs before any other kernel could; {ctx.cls_name}.{hook} would never run",
                 f"drop {hook}, or drop {ctx.hook} and write the body as default",

@@ -403,11 +403,7 @@ def _positional_only(fn: Any, schema: torch._C.FunctionSchema) -> str:
     positional = [a for a in schema.arguments if not a.kwarg_only]
     if len(params) != len(positional) or [p.name for p in params] == [a.name for a in positional] or any(p.kind is p.POSITIONAL_ONLY for p in params):
         return ""
-    return f", or keep its names and make them positional-only: {_slash_params(params)}"
-
-
-def _slash_params(params: Sequence[inspect.Parameter]) -> str:
-    return "(" + ", ".join(str(p) for p in params) + ", /)"
+    return f", or keep its names and make them positional-only: ({', '.join(str(p) for p in params)}, /)"
 
 
 def _first_parameter(fn: Any) -> str | None:

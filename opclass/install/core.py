@@ -24,6 +24,7 @@ from torch.fx.node import _side_effectful_functions
 
 from opclass.core import native
 from opclass.core.tracing import raise_in_trace
+from opclass.errors import first_line
 from opclass.core.types import CPU, CUDA, FAST_DEVICES, GRAD, arg_type, tensors_in
 from opclass.install.functions import AFTER_AUTOGRAD, Call, functions, functorch_entry
 from opclass.install.outputs import output_is_fresh
@@ -81,7 +82,7 @@ def _contract_fake(record: OpRecord, where: str, fn: Callable[..., Any]) -> Call
                 raise
             raise_in_trace(
                 RuntimeError(
-                    f"{where}: the fake kernel reads a Tensor's values ({_first_line(e)}), which FakeTensors do not have: "
+                    f"{where}: the fake kernel reads a Tensor's values ({first_line(e)}), which FakeTensors do not have: "
                     "build the outputs from shapes, dtypes and devices alone; for an output size that depends on the "
                     "values, take it from torch.library.get_ctx().new_dynamic_size()"
                 ),
@@ -93,10 +94,6 @@ def _contract_fake(record: OpRecord, where: str, fn: Callable[..., Any]) -> Call
             raise_in_trace(e, e.__cause__)  # the contract's own error: said first under torch.compile too
 
     return fake_kernel
-
-
-def _first_line(e: BaseException) -> str:
-    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
 
 
 def register_default_fake(record: OpRecord) -> None:
@@ -130,7 +127,7 @@ def register_default_fake(record: OpRecord) -> None:
             except Exception as e:
                 if not needs_real_data(e):
                     raise  # the kernel's own error (a bad argument...), as in eager mode
-                raise_in_trace(_no_fake(f"{message}. {cls_name}.default cannot run on fake tensors: {_first_line(e)}"), e)
+                raise_in_trace(_no_fake(f"{message}. {cls_name}.default cannot run on fake tensors: {first_line(e)}"), e)
 
     else:
 
