@@ -452,6 +452,11 @@ def done_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
         cls, other = _scale_us(srows, kind, n, "opclass"), _scale_us(srows, kind, n, base)
         return cls / other if cls and other else None
 
+    def model_ratio(step: str, mode: str, impl: str, base: str) -> float | None:
+        rows = {(r["step"], r["mode"], r["impl"]): float(r["us"]) for r in (result.get("model") or {}).get("rows", [])}
+        us, base_us = rows.get((step, mode, impl)), rows.get((step, mode, base))
+        return us / base_us if us and base_us else None
+
     worst = max(((scale_ratio(r["kind"], r["n"], "MyOp.op") or 0.0, f"worst: {r['kind']} {r['n']}") for r in srows if r["impl"] == "opclass"), default=None)
     fits = scale.get("fits", {})
     per_tensor = {kind: (fits.get(kind, {}).get("opclass") or {}).get("per_tensor_us") for kind in ("args", "list")}
@@ -473,6 +478,11 @@ def done_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
         ("definition: ms per op", definition.get("ms_per_op"), 0.5, 0.5, ""),
         ("definition: first call ms", definition.get("first_call_ms"), 2.0, 2.0, ""),
         ("compile: class / op", seconds["class"] / seconds["op"] if seconds else None, 1.05, 1.05, ""),
+        ("model: eager infer, opclass / plain", model_ratio("infer", "eager", "opclass", "plain"), 1.15, 1.05, ""),
+        ("model: eager train, opclass / Function", model_ratio("train", "eager", "opclass", "autograd.Function"), 1.1, 1.1, ""),
+        ("model: eager train, eager_autograd / plain", model_ratio("train", "eager", "opclass eager_autograd", "plain"), 1.1, 1.1, ""),
+        ("model: compiled infer, traceable / plain", model_ratio("infer", "compiled", "opclass traceable", "plain"), 1.1, 1.1, ""),
+        ("model: compiled train, traceable / plain", model_ratio("train", "compiled", "opclass traceable", "plain"), 1.1, 1.1, ""),
     ]
     out: list[dict[str, Any]] = []
     for check, value, python_limit, native_limit, note in candidates:
@@ -494,10 +504,14 @@ def measure(
     scale_lists: tuple[int, ...] = SCALE_LISTS,
     define_ops: int = 200,
     compile_calls: int = 400,
+    model: bool = False,
+    model_backend: str = "inductor",
 ) -> dict[str, Any]:
     """Everything measured with this process's guard, plus the derived tables (:func:`finish`).
 
-    ``define_ops`` or ``compile_calls`` of 0 leaves that part of ``--scale`` out.
+    ``define_ops`` or ``compile_calls`` of 0 leaves that part of ``--scale`` out; ``model`` adds
+    the model steps of :func:`benchmarks.model_bench.run_model` (``model_backend``: the compiled
+    steps' backend, ``""`` for none).
 
     Example:
         >>> result = measure(min_run_time=0.01, counts=(1,))  # doctest: +SKIP
@@ -519,6 +533,10 @@ def measure(
         if compile_calls:
             part["compile"] = compile_cost(compile_calls)
         result["scale"] = part
+    if model:
+        from .model_bench import run_model
+
+        result["model"] = run_model(min_run_time, model_backend, device)
     return finish(result)
 
 
@@ -550,7 +568,7 @@ def median_result(results: list[dict[str, Any]]) -> dict[str, Any]:
         2.0
     """
     first = results[0]
-    out = {k: v for k, v in first.items() if k not in ("rows", "scale", "targets", "done")}
+    out = {k: v for k, v in first.items() if k not in ("rows", "scale", "model", "targets", "done")}
     out["runs"] = len(results)
 
     def rows_median(all_rows: list[list[dict[str, Any]]], key: Callable[[dict[str, Any]], Any]) -> list[dict[str, Any]]:
@@ -573,6 +591,9 @@ def median_result(results: list[dict[str, Any]]) -> dict[str, Any]:
             part["compile"] = dict(first["scale"]["compile"])
             part["compile"]["seconds"] = {via: _median([s["compile"]["seconds"][via] for s in scales]) for via in first["scale"]["compile"]["seconds"]}
         out["scale"] = part
+    if "model" in first:
+        model_rows = rows_median([r["model"]["rows"] for r in results], lambda r: (r["step"], r["mode"], r["impl"]))
+        out["model"] = dict(first["model"], rows=model_rows)
     return finish(out)
 
 
@@ -646,18 +667,8 @@ def print_tables(results: dict[str, dict[str, Any]], min_run_time: float, out: A
     for g in guards:
         say(f"  guard {results[g]['guard_info']}")
 
-    say()
-    for line in _LEGEND:
-        say(line)
-    say(f"{'args':>4}  {'scenario':<24} {'impl':<18}" + "".join(f" {g + ' us':>10} {'x direct':>9}" for g in guards))
-    for r in first["rows"]:
-        line = f"{r['args']:>4}  {r['scenario']:<24} {r['impl']:<18}"
-        for g in guards:
-            rows = results[g]["rows"]
-            us = next(x["us"] for x in rows if (x["args"], x["scenario"], x["impl"]) == (r["args"], r["scenario"], r["impl"]))
-            direct = next((x["us"] for x in rows if x["args"] == r["args"] and x["scenario"] == r["scenario"] and x["impl"] == "direct"), None)
-            line += f" {us:10.2f} " + (f"{us / direct:8.2f}x" if direct else " " * 9)
-        say(line)
+    if first["rows"]:
+        _print_calls(results, say)
 
     if first["targets"]:
         say()
@@ -675,7 +686,25 @@ def print_tables(results: dict[str, dict[str, Any]], min_run_time: float, out: A
 
     if "scale" in first:
         _print_scale(results, say)
+    if "model" in first:
+        _print_model(results, say)
     _print_done(results, say)
+
+
+def _print_calls(results: dict[str, dict[str, Any]], say: Callable[..., None]) -> None:
+    guards = list(results)
+    say()
+    for line in _LEGEND:
+        say(line)
+    say(f"{'args':>4}  {'scenario':<24} {'impl':<18}" + "".join(f" {g + ' us':>10} {'x direct':>9}" for g in guards))
+    for r in results[guards[0]]["rows"]:
+        line = f"{r['args']:>4}  {r['scenario']:<24} {r['impl']:<18}"
+        for g in guards:
+            rows = results[g]["rows"]
+            us = next(x["us"] for x in rows if (x["args"], x["scenario"], x["impl"]) == (r["args"], r["scenario"], r["impl"]))
+            direct = next((x["us"] for x in rows if x["args"] == r["args"] and x["scenario"] == r["scenario"] and x["impl"] == "direct"), None)
+            line += f" {us:10.2f} " + (f"{us / direct:8.2f}x" if direct else " " * 9)
+        say(line)
 
 
 #: What the first table's rows compare, for a reader who has not read this file.
@@ -746,6 +775,24 @@ def _print_scale(results: dict[str, dict[str, Any]], say: Callable[..., None]) -
             say(f"{via:<12}" + "".join(f" {results[g]['scale']['compile']['seconds'][via]:12.2f}" for g in guards))
 
 
+def _print_model(results: dict[str, dict[str, Any]], say: Callable[..., None]) -> None:
+    guards = list(results)
+    first = results[guards[0]]["model"]
+    say()
+    say(
+        f"model steps: examples/decoder_block.py, batch {first['batch']}, sequence {first['seq']}; us per step; x plain: this"
+    )
+    say(f"row / the plain functions' row of the same step (compiled: torch.compile fullgraph, backend {first['backend'] or '-'})")
+    say(f"{'step':<6} {'mode':<9} {'impl':<23}" + "".join(f" {g + ' us':>10} {'x plain':>8}" for g in guards))
+    for r in first["rows"]:
+        line = f"{r['step']:<6} {r['mode']:<9} {r['impl']:<23}"
+        for g in guards:
+            rows = {(x["step"], x["mode"], x["impl"]): x["us"] for x in results[g]["model"]["rows"]}
+            us, plain = rows[(r["step"], r["mode"], r["impl"])], rows[(r["step"], r["mode"], "plain")]
+            line += f" {us:10.1f} {us / plain:7.3f}x"
+        say(line)
+
+
 def _print_done(results: dict[str, dict[str, Any]], say: Callable[..., None]) -> None:
     guards = list(results)
     # Each guard's checks come in the canonical order, some guards skipping some: merge keeping it.
@@ -762,9 +809,9 @@ def _print_done(results: dict[str, dict[str, Any]], say: Callable[..., None]) ->
         return
     say()
     say("targets met: each figure above (and the --scale tables') against its limit for that guard; '-': not measured")
-    say(f"{'check':<40}" + "".join(f" {g + ' limit':>14} {'value':>8} {'met':<4}" for g in guards))
+    say(f"{'check':<44}" + "".join(f" {g + ' limit':>14} {'value':>8} {'met':<4}" for g in guards))
     for check in checks:
-        line, notes = f"{check:<40}", []
+        line, notes = f"{check:<44}", []
         for g in guards:
             c = next((x for x in results[g]["done"] if x["check"] == check), None)
             if c is None:
@@ -804,12 +851,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--define-ops", type=int, default=200, help="ops defined for the definition cost; 0: skip (default 200)")
     parser.add_argument("--compile-calls", type=int, default=400, help="chained calls compiled; 0: skip (default 400)")
     parser.add_argument("--runs", type=int, default=1, help="repeat everything in fresh subprocesses, report medians (default 1)")
+    parser.add_argument("--model", action="store_true", help="add the model-step table (examples/decoder_block.py; `--args` alone: no per-call table)")
+    parser.add_argument("--model-backend", default="inductor", help="torch.compile backend of the compiled model steps; '': none (default inductor)")
     ns = parser.parse_args(argv)
     start = time.perf_counter()
     skipped: dict[str, str] = {}
     if ns.guard == "active" and ns.runs == 1:
         result = measure(
-            ns.min_run_time, tuple(ns.args), ns.device, ns.scale, ns.scale_args, ns.scale_lists, ns.define_ops, ns.compile_calls
+            ns.min_run_time, tuple(ns.args), ns.device, ns.scale, ns.scale_args, ns.scale_lists, ns.define_ops, ns.compile_calls,
+            ns.model, ns.model_backend,
         )
         results = {result["guard"]: result}
     else:
@@ -817,6 +867,8 @@ def main(argv: list[str] | None = None) -> int:
         if ns.scale:
             forwarded += ["--scale", "--scale-args", ",".join(map(str, ns.scale_args)), "--scale-lists", ",".join(map(str, ns.scale_lists))]
             forwarded += ["--define-ops", str(ns.define_ops), "--compile-calls", str(ns.compile_calls)]
+        if ns.model:
+            forwarded += ["--model", f"--model-backend={ns.model_backend}"]
         results, skipped = collect(ns.guard, max(ns.runs, 1), forwarded)
     elapsed = time.perf_counter() - start
     if ns.json:

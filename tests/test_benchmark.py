@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # benchmarks/ is a top-level folder beside opclass/, not part of the package
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import benchmark  # noqa: E402
+from benchmarks import benchmark, model_bench  # noqa: E402
 from benchmarks.compile_bench import compile_time  # noqa: E402
 
 ARGS, LISTS = (1, 2, 20), (1, 4)
@@ -147,3 +147,42 @@ def test_json_cli_one_guard_in_a_subprocess() -> None:
     assert {"torch", "device", "guard_info", "runs", "rows", "targets", "scale", "done"} <= set(result)
     assert {(r["kind"], r["n"]) for r in result["scale"]["rows"]} == {("args", 1), ("args", 2), ("list", 1)}
     assert "definition" not in result["scale"] and "compile" not in result["scale"]
+
+
+def test_model_steps_in_a_subprocess() -> None:
+    """``--model`` alone (``--args`` with no count: no per-call table): every version's steps, the
+    checks on them, and their table; the child asserts each version's loss equals plain's first."""
+    command = [sys.executable, "-m", "benchmarks", "--json", "--guard", "python", "--args", "--model", "--model-backend", "aot_eager"]
+    proc = subprocess.run(command + ["--min-run-time", "0.01"], cwd=ROOT, capture_output=True, text=True, check=True)
+    result = json.loads(proc.stdout)
+    assert result["rows"] == [] and result["model"]["batch"] == 1 and result["model"]["backend"] == "aot_eager"
+    keys = [(r["step"], r["mode"], r["impl"]) for r in result["model"]["rows"]]
+    assert keys == [
+        *((step, "eager", impl) for step in ("infer", "train") for impl in model_bench.IMPLS),
+        *((step, "compiled", impl) for step in ("infer", "train") for impl in model_bench.COMPILED_IMPLS),
+    ]
+    assert all(r["us"] > 0 for r in result["model"]["rows"])
+    checks = {c["check"]: c for c in result["done"]}
+    assert checks["model: eager infer, opclass / plain"]["limit"] == 1.15  # the Python guard's limit
+    assert {c for c in checks if c.startswith("model: ")} == {
+        "model: eager infer, opclass / plain",
+        "model: eager train, opclass / Function",
+        "model: eager train, eager_autograd / plain",
+        "model: compiled infer, traceable / plain",
+        "model: compiled train, traceable / plain",
+    }
+    merged = benchmark.median_result([_scaled(result, f) for f in (1.0, 3.0, 2.0)])
+    assert [r["us"] for r in merged["model"]["rows"]] == pytest.approx([2.0 * r["us"] for r in result["model"]["rows"]])
+    out = io.StringIO()
+    benchmark.print_tables({"python": merged}, 0.01, out)
+    text = out.getvalue()
+    assert "model steps: examples/decoder_block.py, batch 1, sequence 8" in text and "scenario" not in text
+    train = next(line for line in text.splitlines() if line.startswith("train  eager     plain"))
+    assert train.split()[-1] == "1.000x"
+
+
+def _scaled(result: dict[str, Any], factor: float) -> dict[str, Any]:
+    copy = json.loads(json.dumps(result))
+    for row in copy["model"]["rows"]:
+        row["us"] *= factor
+    return copy

@@ -5,10 +5,13 @@ process that imports neither opclass nor the module that defined the ops."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pytest
@@ -141,24 +144,38 @@ class _Call(torch.nn.Module):
         return self.op(x)
 
 
-def test_aoti_package_runs_without_python_ops(ns: str, tmp_path: Path) -> None:
-    """The package is built here and loaded in a fresh process that imports neither opclass nor
-    this module, so no op class is defined there."""
-    ops = _ops(ns)
+@dataclasses.dataclass
+class _Package:
+    path: str
+    model: _Model
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Package]:
+    """An AOTInductor package of the decomposed program of ``_Model`` (batch size dynamic), built once."""
+    namespace = "t_decompose_package"
+    ops = _ops(namespace)
     model = _Model(ops)
-    x = torch.randn(5, 8)
-    ep = torch.export.export(model, (x,), dynamic_shapes=({0: torch.export.Dim("batch")},))
+    ep = torch.export.export(model, (torch.randn(5, 8),), dynamic_shapes=({0: torch.export.Dim("batch")},))
     decomposed = ep.run_decompositions(opclass.decompositions(*ops.values(), base=torch.export.default_decompositions()))
     try:
-        path = torch._inductor.aoti_compile_and_package(decomposed, package_path=str(tmp_path / "model.pt2"))
+        path = torch._inductor.aoti_compile_and_package(decomposed, package_path=str(tmp_path_factory.mktemp("aoti") / "model.pt2"))
     except Exception as e:  # noqa: BLE001 - a machine without a C++ toolchain cannot build one
+        opclass.remove_namespace(namespace)
         pytest.skip(f"AOTInductor cannot build a package here: {type(e).__name__}: {str(e).splitlines()[0]}")
+    yield _Package(path, model)
+    opclass.remove_namespace(namespace)
+
+
+def test_aoti_package_runs_without_python_ops(package: _Package, tmp_path: Path) -> None:
+    """The package is loaded in a fresh process that imports neither opclass nor this module, so no
+    op class is defined there."""
     x = torch.randn(3, 8)  # another batch size than exported with
-    expected = model(x)
+    expected = package.model(x)
     torch.save(x, tmp_path / "x.pt")
     code = (
         "import sys, torch\n"
-        f"m = torch._inductor.aoti_load_package({path!r})\n"
+        f"m = torch._inductor.aoti_load_package({package.path!r})\n"
         f"y = m(torch.load({str(tmp_path / 'x.pt')!r}))\n"
         f"torch.save(y, {str(tmp_path / 'y.pt')!r})\n"
         "print(sorted(k for k in sys.modules if k.startswith('opclass') or k.startswith('test_')))\n"
@@ -167,3 +184,27 @@ def test_aoti_package_runs_without_python_ops(ns: str, tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
     torch.testing.assert_close(torch.load(tmp_path / "y.pt"), expected)
+
+
+def test_cpp_loader_runs_the_package(package: _Package, tmp_path: Path) -> None:
+    """torch's C++ loader (``AOTIModelPackageLoader``) runs the package in a program with no Python:
+    ``tests/aoti_loader.cpp``, compiled here against the installed torch's headers and libraries."""
+    torch_dir = Path(torch.__file__).parent
+    header = torch_dir / "include" / "torch" / "csrc" / "inductor" / "aoti_package" / "model_package_loader.h"
+    compiler = shutil.which(os.environ.get("CXX", "g++"))
+    if compiler is None or not header.exists():
+        pytest.skip(f"no C++ compiler ({os.environ.get('CXX', 'g++')}) or no torch C++ headers ({header}) here")
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    loader = tmp_path / "aoti_loader"
+    build = subprocess.run(
+        [compiler, "-O1", "-std=c++20", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-I{torch_dir / 'include'}", str(ROOT / "tests" / "aoti_loader.cpp"),
+         "-o", str(loader), f"-L{torch_dir / 'lib'}", "-ltorch", "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{torch_dir / 'lib'}"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert build.returncode == 0, build.stderr[-3000:]
+    x = torch.randn(4, 8)
+    x.numpy().tofile(tmp_path / "x.bin")
+    run = subprocess.run([str(loader), package.path, str(tmp_path / "x.bin"), "4", "8", str(tmp_path / "y.bin")], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = torch.from_numpy(np.fromfile(tmp_path / "y.bin", dtype=np.float32)).reshape(4, 8)
+    torch.testing.assert_close(got, package.model(x))

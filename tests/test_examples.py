@@ -70,6 +70,7 @@ dtensor_sharding = _load("dtensor_sharding")
 testing_ops = _load("testing_ops")
 eager_autograd = _load("eager_autograd")
 triton_add = _load("triton_add")
+decoder_block = _load("decoder_block")
 NumpySin = numpy_sin.NumpySin
 if mutable_ops is not None:
     AddInto, Sin_, SinOut = mutable_ops.AddInto, mutable_ops.Sin_, mutable_ops.SinOut
@@ -83,6 +84,7 @@ if config_object is not None:
 ShardedScale, ColumnSum = dtensor_sharding.Scale, dtensor_sharding.ColumnSum
 SoftClip = eager_autograd.SoftClip
 TritonAdd = triton_add.TritonAdd
+RMSNorm, Rotary, SwiGLU, Attention = decoder_block.RMSNorm, decoder_block.Rotary, decoder_block.SwiGLU, decoder_block.Attention
 
 
 # --------------------------------------------------------------------------- running the scripts
@@ -102,7 +104,7 @@ def test_example_script_runs(script: str) -> None:
 
 
 def test_examples_have_docstring_and_main() -> None:
-    for module in (numpy_sin, mutable_ops, list_inputs, factory, data_dependent, vmap_rule, variants, testing_ops, eager_autograd, triton_add):
+    for module in (numpy_sin, mutable_ops, list_inputs, factory, data_dependent, vmap_rule, variants, testing_ops, eager_autograd, triton_add, decoder_block):
         if module is None:
             continue  # needs what this torch lacks
         stem = module.__name__
@@ -204,6 +206,28 @@ def _column_sum_fn(x: Tensor) -> Tensor:
     return ColumnSum(x) * 2
 
 
+def _rms_norm_fn(x: Tensor, w: Tensor) -> Tensor:
+    return RMSNorm(x, w, 1e-5) * 2
+
+
+def _rotary_fn(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    return Rotary(x, cos, sin) + 1
+
+
+def _swiglu_fn(gate: Tensor, up: Tensor) -> Tensor:
+    return SwiGLU(gate, up) * 2
+
+
+def _attention_fn(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    return Attention(q, k, v) + 1
+
+
+def _heads(*shape: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    """(batch, heads, sequence, head_dim) as the model makes them: a strided view of a projection."""
+    b, h, s, d = shape
+    return torch.randn(b, s, 3, h, d, dtype=dtype).permute(2, 0, 3, 1, 4)[1].requires_grad_()
+
+
 def _nonzero_input() -> Tensor:
     return torch.tensor([[0.0, 1.5, 0.0, -2.0], [3.0, 0.0, 0.0, 4.0], [0.0, 0.0, 0.0, 0.0]])
 
@@ -294,6 +318,38 @@ CASES = [
         samples=lambda: [((torch.randn(3, 4), torch.randn(3, 4)), {}), ((torch.randn(()), torch.randn(())), {})],
         inputs=lambda: (torch.randn(3, 4), torch.randn(3, 4)),
         compile_fn=_triton_add_fn,
+    ),
+    Case(
+        "rms_norm", "decoder_block", "RMSNorm",
+        samples=lambda: [((_r(2, 3, 8), _r(8), 1e-6), {}), ((_r(5, 4), torch.ones(4)), {}), ((_r(4, 6).t(), _r(4), 0.1), {})],
+        inputs=lambda: (_r(2, 3, 8), _r(8)),
+        compile_fn=_rms_norm_fn,
+        grad_inputs=lambda: (_r(2, 3, 8, dtype=torch.double), _r(8, dtype=torch.double)),
+        grad_fn=_rms_norm_fn,
+    ),
+    Case(
+        "rotary", "decoder_block", "Rotary",
+        samples=lambda: [((_heads(1, 2, 5, 8), torch.randn(5, 8), torch.randn(5, 8)), {}), ((_r(3, 4), _r(3, 4), _r(1, 4)), {})],
+        inputs=lambda: (_heads(1, 2, 5, 8), torch.randn(5, 8), torch.randn(5, 8)),
+        compile_fn=_rotary_fn,
+        grad_inputs=lambda: (_heads(1, 2, 3, 4, dtype=torch.double), _r(3, 4, dtype=torch.double), _r(3, 4, dtype=torch.double)),
+        grad_fn=_rotary_fn,
+    ),
+    Case(
+        "swiglu", "decoder_block", "SwiGLU",
+        samples=lambda: [((_r(2, 6), _r(2, 6)), {}), ((_r(3), torch.randn(3)), {}), ((_r(), _r()), {})],
+        inputs=lambda: (_r(2, 6), _r(2, 6)),
+        compile_fn=_swiglu_fn,
+        grad_inputs=lambda: (_r(2, 6, dtype=torch.double), _r(2, 6, dtype=torch.double)),
+        grad_fn=_swiglu_fn,
+    ),
+    Case(
+        "attention", "decoder_block", "Attention",
+        samples=lambda: [((_heads(1, 2, 5, 8), _heads(1, 2, 5, 8), _heads(1, 2, 5, 8)), {}), ((_r(3, 4), _r(3, 4), torch.randn(3, 2)), {})],
+        inputs=lambda: (_heads(1, 2, 5, 8), _heads(1, 2, 5, 8), _heads(1, 2, 5, 8)),
+        compile_fn=_attention_fn,
+        grad_inputs=lambda: (_heads(1, 2, 4, 4, dtype=torch.double), _heads(1, 2, 4, 4, dtype=torch.double), _heads(1, 2, 4, 4, dtype=torch.double)),
+        grad_fn=_attention_fn,
     ),
     *(
         Case(
