@@ -230,6 +230,28 @@ def _run_gradcheck(op_cls: Any, record: OpRecord, sample: Sample) -> None:
         raise _CheckFailed("gradcheck", f"{type(e).__name__}: {e}") from e
 
 
+def _run_reference_check(op_cls: Any, record: OpRecord, sample: Sample) -> None:
+    """The ``reference`` (what a deployed program decomposes into) computes what the op does."""
+    if record.reference is None or record.mutated:
+        return
+    args, kwargs = _copy_inputs(sample)
+    try:
+        with torch.no_grad():
+            expected = op_cls.op(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - the other checks call it again and report the error
+        return
+    args, kwargs = _copy_inputs(sample)
+    first = next((t for t in tree_leaves((args, kwargs)) if isinstance(t, Tensor)), None)
+    kernel = record.kernel_for(first.device.type) if first is not None else None
+    against = kernel.where if kernel is not None else record.qualname
+    try:
+        with torch.no_grad():
+            got = record.reference(*args, **kwargs)
+        torch.testing.assert_close(got, expected)
+    except Exception as e:
+        raise _CheckFailed("reference check", f"{record.where('reference')} disagrees with {against}: {type(e).__name__}: {e}") from e
+
+
 def _run_fast_path(op_cls: Any, sample: Sample) -> None:
     seen = {label: observe(fn, *_copy_inputs(sample)) for label, fn in call_paths(op_cls).items()}
     *fast, reference = seen
@@ -248,6 +270,7 @@ def _check(
     *,
     opcheck: bool,
     gradcheck: bool,
+    reference: bool,
     fast_path: bool,
     test_utils: Sequence[str] | None,
 ) -> None:
@@ -257,6 +280,8 @@ def _check(
             _run_opcheck(op_cls, record, sample, test_utils)
         if gradcheck:
             _run_gradcheck(op_cls, record, sample)
+        if reference:
+            _run_reference_check(op_cls, record, sample)
         if fast_path:
             _run_fast_path(op_cls, sample)
     except _CheckFailed as e:
@@ -272,6 +297,7 @@ def check_sample(
     *,
     opcheck: bool = True,
     gradcheck: bool = True,
+    reference: bool = True,
     fast_path: bool = True,
     test_utils: Sequence[str] | None = None,
 ) -> None:
@@ -280,7 +306,7 @@ def check_sample(
     Args:
         op_cls: the op class.
         sample: a :class:`Sample` or a tuple of positional arguments.
-        opcheck, gradcheck, fast_path, test_utils: as for :func:`check_op`.
+        opcheck, gradcheck, reference, fast_path, test_utils: as for :func:`check_op`.
 
     Raises:
         AssertionError: a check failed; the message names the op, the sample and the check.
@@ -296,7 +322,7 @@ def check_sample(
     """
     record = _record_of(op_cls)
     sample = _to_sample(sample, record, 0)
-    _check(op_cls, record, sample, None, opcheck=opcheck, gradcheck=gradcheck, fast_path=fast_path, test_utils=test_utils)
+    _check(op_cls, record, sample, None, opcheck=opcheck, gradcheck=gradcheck, reference=reference, fast_path=fast_path, test_utils=test_utils)
 
 
 def check_op(
@@ -305,11 +331,12 @@ def check_op(
     *,
     opcheck: bool = True,
     gradcheck: bool = True,
+    reference: bool = True,
     fast_path: bool = True,
     test_utils: Sequence[str] | None = None,
 ) -> None:
-    """Check an op on each of its samples: undeclared mutations, opcheck, gradcheck and fast path
-    vs dispatcher, each on its own copies of the sample's Tensors. The mutation check runs first:
+    """Check an op on each of its samples: undeclared mutations, opcheck, gradcheck, reference and
+    fast path vs dispatcher, each on its own copies of the sample's Tensors. The mutation check runs first:
     one call through the dispatcher, failing when the kernel moved the version counter of a
     Tensor argument that ``mutates_args`` does not name.
 
@@ -322,6 +349,9 @@ def check_op(
             double-precision copies of the sample's floating-point Tensors, differentiating
             those with ``requires_grad=True`` (if none has it: every positional one); samples
             without floating-point Tensors are skipped.
+        reference: when the op has a ``reference`` (what ``opclass.decompositions`` decomposes
+            it into), compare its result with the op's (``torch.testing.assert_close``, default
+            tolerances), both under ``no_grad``; not for ops that mutate their arguments.
         fast_path: call the op every way it can be called (the class call, the Python guard's
             call function where the native guard is active, and ``op_cls.op``, the dispatcher)
             on independent copies and compare the exception or the output (types, metadata,
@@ -350,7 +380,7 @@ def check_op(
     """
     record = _record_of(op_cls)
     for index, sample in enumerate(_samples(op_cls, samples)):
-        _check(op_cls, record, sample, index, opcheck=opcheck, gradcheck=gradcheck, fast_path=fast_path, test_utils=test_utils)
+        _check(op_cls, record, sample, index, opcheck=opcheck, gradcheck=gradcheck, reference=reference, fast_path=fast_path, test_utils=test_utils)
 
 
 def parametrize_samples(*op_classes: Any) -> pytest.MarkDecorator:

@@ -126,6 +126,42 @@ def test_a_default_that_leaves_torch_fails_when_decomposed(ns: str) -> None:
         ep.run_decompositions(opclass.decompositions(NpDefault))
 
 
+def test_a_traceable_op_decomposes_and_keeps_its_behaviour(ns: str) -> None:
+    """``traceable = True``: torch.compile still traces into the kernel, torch.export still keeps the
+    op, and the table decomposes it like any other."""
+
+    class Softsign(CustomOp, name=f"{ns}::softsign"):
+        traceable = True
+
+        @staticmethod
+        def default(x: Tensor) -> Tensor:
+            return x / (1 + x.abs())
+
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch._aot_autograd.utils import make_boxed_func
+
+    graphs: list[str] = []
+
+    def keep(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        graphs.append(gm.code)
+        return make_boxed_func(gm.forward)
+
+    x = torch.randn(4, 3)
+    torch._dynamo.reset()
+    try:
+        got = torch.compile(lambda t: Softsign(t), backend=aot_autograd(fw_compiler=keep), fullgraph=True)(x)
+    finally:
+        torch._dynamo.reset()
+    torch.testing.assert_close(got, x / (1 + x.abs()))
+    assert "aten.abs" in graphs[0] and ns not in graphs[0]  # traced into the kernel
+    ep = torch.export.export(_Call(Softsign), (x,), dynamic_shapes=({0: torch.export.Dim("batch")},))
+    assert _targets(ep) == [f"{ns}.softsign.default"]
+    decomposed = ep.run_decompositions(opclass.decompositions(Softsign))
+    assert not any(ns in t for t in _targets(decomposed))
+    y = torch.randn(6, 3)
+    torch.testing.assert_close(decomposed.module()(y), Softsign(y))
+
+
 def test_composite_ops_need_no_entry(ns: str) -> None:
     class Square(CustomOp, name=f"{ns}::square"):
         @staticmethod

@@ -6,6 +6,7 @@ import re
 import sys
 from typing import Any, Iterator
 
+import numpy as np
 import pytest
 import torch
 from torch import Tensor
@@ -388,6 +389,28 @@ def test_wrong_fake_shape_fails_opcheck(ns: str) -> None:
     # check_sample labels the sample by name.
     with pytest.raises(AssertionError, match=rf"^{ns}::bad_fake, sample 'big': opcheck failed"):
         check_sample(BadFake, Sample((torch.randn(4, 5),), name="big"), test_utils=("test_faketensor",))
+
+
+def test_reference_that_disagrees_fails_the_reference_check(ns: str) -> None:
+    class NpExp(CustomOp, name=f"{ns}::np_exp"):
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            return torch.from_numpy(np.exp(x.numpy()))
+
+        @staticmethod
+        def abstract(x: Tensor) -> Tensor:
+            return torch.empty_like(x)
+
+        @staticmethod
+        def reference(x: Tensor) -> Tensor:
+            return torch.exp(x) + (x > 1).to(x.dtype)  # wrong above 1
+
+    check_op(NpExp, [(torch.linspace(-2, 0.5, 6),)])  # agrees where the bug does not show
+    with pytest.raises(AssertionError) as info:
+        check_op(NpExp, [(torch.linspace(-2, 2, 6),)])
+    message = str(info.value)
+    assert message.startswith(f"{ns}::np_exp, sample 0: reference check failed: {ns}::np_exp (NpExp.reference) disagrees with {ns}::np_exp (NpExp.cpu): AssertionError: Tensor-likes are not close!"), message
+    check_op(NpExp, [(torch.linspace(-2, 2, 6),)], reference=False)
 
 
 def test_fast_path_mismatch_is_caught(ns: str) -> None:
