@@ -240,7 +240,10 @@ def test_cpp_loader_runs_the_package(package: _Package, tmp_path: Path) -> None:
     assert build.returncode == 0, build.stderr[-3000:]
     x = torch.randn(4, 8)
     x.numpy().tofile(tmp_path / "x.bin")
-    run = subprocess.run([str(loader), package.path, str(tmp_path / "x.bin"), "4", "8", str(tmp_path / "y.bin")], capture_output=True, text=True, timeout=300)
+    # The package's own library needs torch's too, when the loader opens it: the library path says where.
+    env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join(filter(None, [str(torch_dir / "lib"), os.environ.get("LD_LIBRARY_PATH")])))
+    command = [str(loader), package.path, str(tmp_path / "x.bin"), "4", "8", str(tmp_path / "y.bin")]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     got = torch.from_numpy(np.fromfile(tmp_path / "y.bin", dtype=np.float32)).reshape(4, 8)
     torch.testing.assert_close(got, package.model(x))
