@@ -1,9 +1,12 @@
-"""Shared by test_call_plan.py and test_torch_library_parity.py: every call path of an op agrees."""
+"""Shared by the tests that compare an op's call paths: every call path of an op agrees."""
 
 from __future__ import annotations
 
 import contextlib
 from typing import Any, Callable
+
+from torch import Tensor
+from torch.utils._pytree import tree_map_only
 
 from opclass._harness import call_paths, diff, observe
 
@@ -20,3 +23,13 @@ def assert_paths_agree(op: Any, make: Callable[[], tuple[tuple[Any, ...], dict[s
         d = diff(seen[label], seen[reference])
         assert d is None, f"{label} differs from {reference} at {d}"
     return seen
+
+
+def assert_paths_agree_on(op: Any, *args: Any) -> dict[str, Any]:
+    """:func:`assert_paths_agree` on positional ``args``, each path getting its own copies of them
+    (Tensors in lists included); the dispatcher's observation."""
+
+    def fresh() -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return tuple(tree_map_only(Tensor, lambda t: t.detach().clone().requires_grad_(t.requires_grad), args)), {}
+
+    return list(assert_paths_agree(op, fresh).values())[-1]

@@ -130,6 +130,7 @@ def test_tables_side_by_side(measured: dict[str, Any]) -> None:
     assert "<= 0.25" in per_tensor
 
 
+@pytest.mark.slow
 def test_define_many_and_compile_time() -> None:
     for kind in ("opclass", "custom_op", "define/impl"):
         cost = benchmark._define_many(kind, 3)
@@ -138,6 +139,7 @@ def test_define_many_and_compile_time() -> None:
     assert compile_time(3, "class") > 0
 
 
+@pytest.mark.slow
 def test_json_cli_one_guard_in_a_subprocess() -> None:
     command = [sys.executable, "-m", "benchmarks", "--json", "--guard", "python", "--args", "1", "--min-run-time", "0.001"]
     command += ["--scale", "--scale-args", "1,2", "--scale-lists", "1", "--define-ops", "0", "--compile-calls", "0"]
@@ -149,6 +151,7 @@ def test_json_cli_one_guard_in_a_subprocess() -> None:
     assert "definition" not in result["scale"] and "compile" not in result["scale"]
 
 
+@pytest.mark.slow
 def test_model_steps_in_a_subprocess() -> None:
     """``--model`` alone (``--args`` with no count: no per-call table): every version's steps, the
     checks on them, and their table; the child asserts each version's loss equals plain's first."""

@@ -4,6 +4,8 @@ The three divergences that motivated it are tests here, each checked three ways 
 guard is loaded (the class call, the Python guard's call function, ``MyOp.op``) through
 :func:`opclass._harness.call_paths`; under ``OPCLASS_GUARD=python`` the same file runs two ways
 (``test_fastpath_equivalence.test_matrix_under_the_other_guard`` covers the corpus there).
+Last, defaults: every path gives the kernel the same defaults, and a kernel whose own defaults
+differ from the schema's turns the fast path off.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from opclass import CustomOp, Hook
 from opclass.callpath.classcall import call_function
 from opclass._harness import call_paths, diff, observe
 
-from _paths import assert_paths_agree
+from _paths import assert_paths_agree, assert_paths_agree_on
 
 def test_three_paths_where_the_native_guard_is_loaded(ns: str) -> None:
     class Plain(CustomOp, name=f"{ns}::plain"):
@@ -311,3 +313,34 @@ def test_kernel_registered_outside_the_ops_library_is_planned(ns: str) -> None:
         opclass.remove(f"{ns}::own")
         for lib in libs:
             lib._destroy()
+
+
+# --------------------------------------------------------------------------- defaults: the kernel's own
+
+
+def test_kernel_sees_the_same_defaults_on_every_path(ns: str) -> None:
+    """The dispatcher leaves out arguments equal to their default, so the kernel's own default
+    applies; an op whose kernel defaults differ from the schema's has no fast path."""
+    seen: list[Any] = []
+
+    class Where(CustomOp, name=f"{ns}::where"):
+        @staticmethod
+        def cpu(x: Tensor, device: torch.device = "cpu") -> Tensor:  # type: ignore[assignment]
+            seen.append(device)
+            return x.clone()
+
+    for fn in call_paths(Where).values():
+        fn(torch.ones(1))
+        fn(torch.ones(1), torch.device("cpu"))  # equal to the default: left out as well
+    assert seen == ["cpu"] * 2 * len(call_paths(Where))
+    assert Where.record.plan.off == f"{ns}::where (Where.cpu) has default 'cpu' for 'device' where the schema's is device(type='cpu')"
+
+
+def test_matching_defaults_keep_the_fast_path(ns: str) -> None:
+    class Same(CustomOp, name=f"{ns}::same"):
+        @staticmethod
+        def cpu(x: Tensor, k: float = 2.0, sizes: list[int] = [1, 2], dtype: torch.dtype = torch.float32) -> Tensor:  # noqa: B006
+            return x * k
+
+    assert Same.record.plan.off is None
+    assert_paths_agree_on(Same, torch.ones(2))

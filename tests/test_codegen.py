@@ -18,6 +18,8 @@ from opclass import CustomOp
 from opclass.core import native as _native
 from opclass.callpath.classcall import call_function
 
+from _marks import needs_native
+
 
 def _make(ns: str) -> type[CustomOp]:
     class Axpy(CustomOp, name=f"{ns}::axpy"):
@@ -58,10 +60,8 @@ def test_source_is_generated_once_and_visible(ns: str) -> None:
         assert cells["_default_a"] == 2.0 and cells["_default_clamp"] is False
 
 
-@pytest.mark.parametrize("guard", ["native", "python"])
+@pytest.mark.parametrize("guard", [pytest.param("native", marks=needs_native), "python"])
 def test_fast_path_source_per_guard(ns: str, guard: str) -> None:
-    if guard == "native" and opclass.guard_backend() != "native":
-        pytest.skip("native guard not built here")
     previous = opclass.guard_backend()
     _native.load(guard)
     try:
@@ -140,6 +140,7 @@ def test_traceback_shows_generated_call_and_user_kernel(ns: str) -> None:
     assert (Boom._opclass_fast is not None) == (opclass.guard_backend() == "native")
 
 
+@pytest.mark.slow
 def test_import_and_definition_do_not_import_dynamo() -> None:
     code = textwrap.dedent(
         """

@@ -1,9 +1,11 @@
-"""torch.compile sees an op class call as one node, with no graph break and no recompile per call."""
+"""torch.compile and op classes: a call is one node, with no graph break and no recompile per call;
+after a graph break at the op its kernels run untraced; ``torch.compile(MyOp)`` is a clear error."""
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
+import pytest
 import torch
 from torch import Tensor
 
@@ -65,3 +67,82 @@ def test_plain_eager_and_compiled_agree_with_grad(ns: str) -> None:
     (g_eager,) = torch.autograd.grad(Square(x).sum(), x)
     torch.testing.assert_close(g_compiled, g_eager)
     torch.testing.assert_close(g_eager, 2 * x.detach())
+
+
+# --------------------------------------------------------------------------- torch.compile(MyOp)
+
+
+def test_compiling_an_op_class_is_a_clear_error_and_changes_nothing(ns: str) -> None:
+    class Plus(CustomOp, name=f"{ns}::plus"):
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            return x + 1
+
+        @staticmethod
+        def abstract(x: Tensor) -> Tensor:
+            return torch.empty_like(x)
+
+    with pytest.raises(TypeError, match=r"torch.compile\(Plus\) cannot compile an op class: .* torch.compile\(lambda x: Plus\(x\)\)"):
+        torch.compile(Plus, fullgraph=True)
+    assert "__call__" not in vars(Plus)
+    compiled = torch.compile(lambda x: Plus(x), backend="aot_eager", fullgraph=True)
+    assert compiled(torch.ones(2)).tolist() == [2.0, 2.0]
+
+
+# --------------------------------------------------------------------------- kernels shielded from dynamo
+
+
+def _nonzero(x: Tensor) -> Tensor:
+    import numpy as np
+
+    return torch.from_numpy(np.ascontiguousarray(np.stack(np.nonzero(x.numpy()), axis=1), dtype=np.int64))
+
+
+def _nonzero_fake(x: Tensor) -> Tensor:
+    return x.new_empty(torch.library.get_ctx().new_dynamic_size(), x.dim(), dtype=torch.int64)
+
+
+def _graph_breaks(op: Any) -> int:
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    def f(x: Tensor) -> Tensor:
+        y = x * 2
+        return op(y).sum() + y.sum()  # a data-dependent output shape: a graph break at the op
+
+    torch._dynamo.reset()
+    counters.clear()
+    try:
+        out = torch.compile(f, backend="aot_eager")(torch.tensor([[0.0, 1.0], [2.0, 0.0]]))
+        assert out.item() == f(torch.tensor([[0.0, 1.0], [2.0, 0.0]])).item()
+        return sum(counters["graph_break"].values())
+    finally:
+        torch._dynamo.reset()
+
+
+def test_kernels_run_untraced_after_a_graph_break(ns: str) -> None:
+    """After the op's graph break the op runs eagerly; dynamo must not trace into its kernels
+    (NumPy code: more graph breaks), on the class call or through the dispatcher, as custom_op."""
+
+    class Nonzero(CustomOp, name=f"{ns}::nonzero"):
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            return _nonzero(x)
+
+        @staticmethod
+        def abstract(x: Tensor) -> Tensor:
+            return _nonzero_fake(x)
+
+    lib = torch.library.custom_op(f"{ns}::reference_nonzero", mutates_args=())(_reference_nonzero)
+    lib.register_fake(_nonzero_fake)
+    try:
+        expected = _graph_breaks(lib)
+        assert expected == 1
+        assert _graph_breaks(Nonzero) == expected
+        assert _graph_breaks(Nonzero.op) == expected
+    finally:
+        lib._lib._destroy()
+
+
+def _reference_nonzero(x: Tensor) -> Tensor:
+    return _nonzero(x)

@@ -162,6 +162,7 @@ def _run(code: str) -> str:
     return out.stdout.strip()
 
 
+@pytest.mark.slow
 def test_no_dynamo_import_and_classes_defined_before_it_are_read_as_ops() -> None:
     code = """
         import sys, torch
@@ -185,6 +186,7 @@ def test_no_dynamo_import_and_classes_defined_before_it_are_read_as_ops() -> Non
     assert _run(code) == "False False [2.0, 2.0]"
 
 
+@pytest.mark.slow
 def test_classes_defined_after_dynamo_is_imported_are_read_as_ops() -> None:
     code = """
         import torch, torch._dynamo

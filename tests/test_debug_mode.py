@@ -1,17 +1,22 @@
 """Debug mode (``OPCLASS_DEBUG=1`` when an op is defined): a kernel that writes to an input not in
-``mutates_args`` raises on every call path; declared writes pass; ops defined without it are
-unwrapped (nothing to pay)."""
+``mutates_args`` (even through NumPy, where no version counter moves) or whose fake kernel disagrees
+with what it returned raises on every call path; declared writes and agreeing fake kernels pass;
+ops defined without it are unwrapped (nothing to pay)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
+import numpy as np
 import pytest
 import torch
 from torch import Tensor
 
 from opclass import CustomOp
 from opclass._harness import call_paths, diff, observe
+
+from _errors import compiled_call, error_of, first_line
+from _ops import numpy_doubler
 
 
 def _scale(ns: str, mutates: tuple[str, ...] = ()) -> Any:
@@ -78,7 +83,11 @@ def test_off_by_default(ns: str, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_zero_means_off(ns: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPCLASS_DEBUG", "0")
     cls = _scale(ns)
-    cls(torch.ones(3), torch.ones(3), 2.0)
+    kernel = cls.record.kernel_for("cpu")
+    assert kernel.user is cls.__dict__["cpu"].__func__  # the user's function itself: no wrapper, as when unset
+    x = torch.ones(3)
+    cls(x, torch.ones(3), 2.0)  # the undeclared write is not reported
+    assert torch.equal(x, torch.full((3,), 2.0)) and x._version == 1
 
 
 def test_an_alias_of_a_declared_argument_is_not_reported(ns: str, debug: None) -> None:
@@ -93,3 +102,104 @@ def test_an_alias_of_a_declared_argument_is_not_reported(ns: str, debug: None) -
     AddInto(base, base[:4])
     AddInto.op(base, base)
     assert torch.equal(base, torch.full((4,), 4.0))
+
+
+# --------------------------------------------------------------------------- writes torch cannot see
+
+
+def _every_path(op: Any) -> dict[str, Callable[..., Any]]:
+    """The eager call paths and a compiled graph calling the op (at its run time)."""
+    return {**call_paths(op), "compiled": compiled_call(op)}
+
+
+def test_a_write_through_numpy_is_caught_in_debug_mode(ns: str, debug: None) -> None:
+    op = numpy_doubler(ns)
+    for label, fn in _every_path(op).items():
+        torch._dynamo.reset()
+        line = first_line(error_of(fn, torch.ones(3)))
+        assert line.startswith(f"{ns}::double (Double.cpu) wrote to 'x' (its values changed, though its version counter did not"), (label, line)
+        assert "add mutates_args=('x',) to the class statement" in line, label
+
+
+def test_values_of_undeclared_arguments_may_stay_nan(ns: str, debug: None) -> None:
+    class Keep(CustomOp, name=f"{ns}::keep"):
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            return x * 2
+
+    x = torch.tensor([float("nan"), 1.0])
+    for fn in call_paths(Keep).values():
+        assert torch.equal(fn(x)[1:], torch.tensor([2.0]))
+
+
+# --------------------------------------------------------------------------- the fake kernel agrees with the kernel
+
+
+def _fake_mismatch(ns: str, kind: str) -> Any:
+    class Op(CustomOp, name=f"{ns}::{kind}"):
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            if kind == "shape":
+                return x[:2].clone()
+            if kind == "dtype":
+                return x.double()
+            if kind == "argsort":
+                return torch.argsort(x, dim=-1)
+            # NumPy keeps the transposed layout of its result.
+            return torch.from_numpy(np.asfortranarray(x.numpy() * 2))
+
+        @staticmethod
+        def abstract(x: Tensor) -> Tensor:
+            return torch.empty_like(x, dtype=torch.float32) if kind != "layout" else torch.empty_like(x, memory_format=torch.contiguous_format)
+
+    return Op
+
+
+@pytest.mark.parametrize(
+    ("kind", "says"),
+    [
+        ("shape", "shape (3, 4) from the fake kernel, (2, 4) from the kernel"),
+        ("dtype", "dtype torch.float32 from the fake kernel, torch.float64 from the kernel"),
+        ("argsort", "dtype torch.float32 from the fake kernel, torch.int64 from the kernel"),
+        ("layout", "strides (4, 1) from the fake kernel, (1, 3) from the kernel (shape (3, 4))"),
+    ],
+)
+def test_a_fake_kernel_that_disagrees_with_the_kernel_is_caught_in_debug_mode(ns: str, debug: None, kind: str, says: str) -> None:
+    op = _fake_mismatch(ns, kind)
+    for label, fn in _every_path(op).items():
+        torch._dynamo.reset()
+        e = error_of(fn, torch.randn(3, 4))
+        line = first_line(e)
+        assert type(e) is RuntimeError, (label, type(e))
+        assert line.startswith(f"{ns}::{kind} (Op.abstract): the fake kernel disagrees with {ns}::{kind} (Op.cpu): {says}"), (label, line)
+        assert "called with x=Tensor(shape=(3, 4), dtype=torch.float32, device=cpu, stride=(4, 1))" in line
+        assert "make it build outputs exactly as the kernel returns them" in line
+
+
+def test_a_fake_kernel_that_agrees_passes_debug_mode(ns: str, debug: None) -> None:
+    class Rows(CustomOp, name=f"{ns}::rows"):
+        @staticmethod
+        def cpu(x: Tensor, n: int) -> tuple[Tensor, Tensor]:
+            return x[:n].t().contiguous().t(), x.sum(0)  # a transposed layout the fake promises too
+
+        @staticmethod
+        def abstract(x: Tensor, n: int) -> tuple[Tensor, Tensor]:
+            return x.new_empty(x.shape[1], n).t(), x.new_empty(x.shape[1])
+
+    for fn in _every_path(Rows).values():
+        out = fn(torch.randn(3, 4), 2)
+        assert out[0].shape == (2, 4) and out[0].stride() == (1, 2)
+
+
+def test_a_data_dependent_fake_kernel_passes_debug_mode(ns: str, debug: None) -> None:
+    class NonZero(CustomOp, name=f"{ns}::nonzero"):
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            return torch.from_numpy(np.stack(np.nonzero(x.numpy()), axis=1).astype(np.int64))
+
+        @staticmethod
+        def abstract(x: Tensor) -> Tensor:
+            return x.new_empty(torch.library.get_ctx().new_dynamic_size(), x.dim(), dtype=torch.int64)
+
+    for fn in call_paths(NonZero).values():
+        assert fn(torch.tensor([0.0, 1.0, 2.0])).tolist() == [[1], [2]]

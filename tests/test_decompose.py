@@ -203,6 +203,7 @@ def package(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Package]:
     opclass.remove_namespace(namespace)
 
 
+@pytest.mark.slow
 def test_aoti_package_runs_without_python_ops(package: _Package, tmp_path: Path) -> None:
     """The package is loaded in a fresh process that imports neither opclass nor this module, so no
     op class is defined there."""
@@ -222,6 +223,7 @@ def test_aoti_package_runs_without_python_ops(package: _Package, tmp_path: Path)
     torch.testing.assert_close(torch.load(tmp_path / "y.pt"), expected)
 
 
+@pytest.mark.slow
 def test_cpp_loader_runs_the_package(package: _Package, tmp_path: Path) -> None:
     """torch's C++ loader (``AOTIModelPackageLoader``) runs the package in a program with no Python:
     ``tests/aoti_loader.cpp``, compiled here against the installed torch's headers and libraries."""

@@ -1,6 +1,6 @@
-"""``default`` doubles as the fake kernel of an op without ``abstract``: FakeTensor, torch.compile,
-torch.export and opcheck run it on fake tensors; a kernel that cannot run there gets the clear
-"define abstract" error; ``abstract``, when defined, wins."""
+"""``default`` doubles as the fake kernel of an op without ``abstract``: FakeTensor, meta Tensors,
+torch.compile, torch.export and opcheck run it on fake tensors; a kernel that cannot run there gets
+the clear "define abstract" error; ``abstract``, when defined, wins."""
 
 from __future__ import annotations
 
@@ -174,3 +174,47 @@ def test_check_op_runs_the_fake_tests_on_default(ns: str) -> None:
 
     with pytest.raises(AssertionError, match=r"opcheck failed: .*define NpCos\.abstract"):
         check_op(NpCos, [(torch.randn(3),)])
+
+
+# --------------------------------------------------------------------------- meta Tensors
+
+
+def test_meta_tensors_use_abstract_not_default(ns: str) -> None:
+    """``default`` is CompositeExplicitAutograd, but ``abstract`` also serves the Meta key, and wins."""
+    calls: list[tuple[str, str]] = []
+
+    class Both(CustomOp, name=f"{ns}::both_meta"):
+        @staticmethod
+        def default(x: Tensor) -> Tensor:
+            calls.append(("default", x.device.type))
+            return x + 1
+
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            calls.append(("cpu", x.device.type))
+            return x + 2
+
+        @staticmethod
+        def abstract(x: Tensor) -> Tensor:
+            calls.append(("abstract", x.device.type))
+            return torch.empty_like(x)
+
+    y = Both(torch.zeros(2, device="meta"))
+    assert y.is_meta and y.shape == (2,)
+    assert calls == [("abstract", "meta")]
+
+
+def test_meta_tensors_without_abstract_run_default(ns: str) -> None:
+    """Like a ``CompositeExplicitAutograd`` kernel of ``Library.impl``: ``default`` alone serves
+    meta tensors (it is the fake kernel too)."""
+    calls: list[str] = []
+
+    class OnlyDefault(CustomOp, name=f"{ns}::only_default_meta"):
+        @staticmethod
+        def default(x: Tensor) -> Tensor:
+            calls.append(x.device.type)
+            return x + 1
+
+    y = OnlyDefault(torch.zeros(2, device="meta"))
+    assert y.is_meta and y.shape == (2,)
+    assert calls == ["meta"]

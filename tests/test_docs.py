@@ -163,6 +163,7 @@ def test_hooks_table_lists_every_hook() -> None:
     assert rows == builtin, (rows, builtin)
 
 
+@pytest.mark.slow
 def test_readme_blocks_run() -> None:
     """Each ```python block of the README runs on its own (the custom_op and opclass forms of one op)."""
     blocks = python_blocks(ROOT / "README.md")

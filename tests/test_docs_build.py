@@ -18,6 +18,8 @@ import pytest
 
 import opclass
 
+pytestmark = pytest.mark.slow  # Sphinx runs in a subprocess
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 

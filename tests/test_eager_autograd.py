@@ -203,6 +203,7 @@ def test_compile_with_grad_keeps_forward_and_backward_opaque(ns: str) -> None:
     assert f"{ns}.soft_clip_eager_backward.default" in backward and not any("tanh" in n for n in backward)
 
 
+@pytest.mark.slow
 def test_compile_inference_and_inductor(ns: str) -> None:
     op = make_clip(ns)
     x = torch.randn(8) * 200

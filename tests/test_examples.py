@@ -90,6 +90,7 @@ RMSNorm, Rotary, SwiGLU, Attention = decoder_block.RMSNorm, decoder_block.Rotary
 # --------------------------------------------------------------------------- running the scripts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", [pytest.param(p.name, marks=_runs_here(p.stem)) for p in sorted(EXAMPLES.glob("*.py"))])
 def test_example_script_runs(script: str) -> None:
     proc = subprocess.run(

@@ -96,6 +96,7 @@ def _mul2_class() -> Any:
     return Mul2
 
 
+@pytest.mark.slow
 def test_cpp_op_gets_fake_kernel_and_autograd(cpp: Any) -> None:
     assert not has_kernel(f"{CPP_NS}::mul2", "Meta") and not has_kernel(f"{CPP_NS}::mul2", "Autograd")
     Mul2 = _mul2_class()
@@ -118,6 +119,7 @@ def test_cpp_op_gets_fake_kernel_and_autograd(cpp: Any) -> None:
     torch.library.opcheck(Mul2.op, (torch.randn(3, requires_grad=True),))
 
 
+@pytest.mark.slow
 def test_cpp_kernel_is_left_to_the_dispatcher(cpp: Any) -> None:
     """The op's own C++ kernel is no opclass kernel: its device is not fast-pathed."""
     Mul2 = _mul2_class()
@@ -126,6 +128,7 @@ def test_cpp_kernel_is_left_to_the_dispatcher(cpp: Any) -> None:
     assert str(plan) == "fast path off: cpu runs the kernel another Library registered at CPU"
 
 
+@pytest.mark.slow
 def test_remove_leaves_the_cpp_op_and_its_kernel(cpp: Any) -> None:
     Mul2 = _mul2_class()
     assert has_kernel(f"{CPP_NS}::mul2", "Meta") and has_kernel(f"{CPP_NS}::mul2", "Autograd")
@@ -137,6 +140,7 @@ def test_remove_leaves_the_cpp_op_and_its_kernel(cpp: Any) -> None:
         Mul2(torch.ones(2))
 
 
+@pytest.mark.slow
 def test_redefinition_replaces_only_the_class_own_registrations(cpp: Any) -> None:
     Old = _mul2_class()
 
@@ -160,6 +164,7 @@ def test_redefinition_replaces_only_the_class_own_registrations(cpp: Any) -> Non
     assert has_kernel(f"{CPP_NS}::mul2", "CPU")
 
 
+@pytest.mark.slow
 def test_class_supplies_the_kernel_of_a_device_the_op_lacks(cpp: Any) -> None:
     class Shift(CustomOp, name=f"{CPP_NS}::shift", existing=True):
         @staticmethod
@@ -185,6 +190,7 @@ def test_class_supplies_the_kernel_of_a_device_the_op_lacks(cpp: Any) -> None:
         cpp.shift(torch.zeros(2))
 
 
+@pytest.mark.slow
 def test_class_with_no_hooks_is_a_typed_handle(cpp: Any) -> None:
     class Mul2(CustomOp, name=f"{CPP_NS}::mul2", existing=True):
         pass
@@ -196,6 +202,7 @@ def test_class_with_no_hooks_is_a_typed_handle(cpp: Any) -> None:
 # ---------------------------------------------------------------------- definition errors
 
 
+@pytest.mark.slow
 def test_kernel_for_a_device_with_a_kernel_is_refused(cpp: Any) -> None:
     with pytest.raises(OpDefinitionError) as e:
 
@@ -209,6 +216,7 @@ def test_kernel_for_a_device_with_a_kernel_is_refused(cpp: Any) -> None:
     assert "main.cpp" in message and message.endswith("drop cpu: the op's own kernel stays in charge")
 
 
+@pytest.mark.slow
 def test_annotations_must_agree_with_the_existing_schema(cpp: Any) -> None:
     with pytest.raises(OpDefinitionError) as e:
 
@@ -223,6 +231,7 @@ def test_annotations_must_agree_with_the_existing_schema(cpp: Any) -> None:
     )
 
 
+@pytest.mark.slow
 def test_unannotated_kernel_must_take_the_existing_arguments(cpp: Any) -> None:
     with pytest.raises(OpDefinitionError, match=r"Shift\.cpu\(x\).*write cpu\(x, s=1\.0\)"):
 

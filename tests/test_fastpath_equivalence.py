@@ -50,6 +50,7 @@ from torch.utils._pytree import tree_leaves, tree_map, tree_map_only
 from opclass import CustomOp
 from opclass._harness import _after, _backward, _message, call_paths, diff
 
+from _marks import NATIVE_GUARD_MISSING
 from _versions import missing_tags
 
 pytestmark = [
@@ -1746,6 +1747,7 @@ def test_kernel_returning_clone_under_grad(ns: str) -> None:
 _OTHER_GUARD_ENV = "OPCLASS_FASTPATH_EQUIVALENCE_CHILD"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(bool(os.environ.get(_OTHER_GUARD_ENV)), reason="already the child run")
 def test_matrix_under_the_other_guard() -> None:
     """opclass has two guards (native C++ and pure Python; ``OPCLASS_GUARD`` picks one at import).
@@ -1760,7 +1762,7 @@ def test_matrix_under_the_other_guard() -> None:
         from opclass.core import native as _native
 
         if _native._built_library(_native.cache_dir()) is None:
-            pytest.skip("native guard not built (python -m opclass.native)")
+            pytest.skip(NATIVE_GUARD_MISSING)
         other = "native"
     env = {**os.environ, "OPCLASS_GUARD": other, _OTHER_GUARD_ENV: "1"}
     proc = subprocess.run(

@@ -1,19 +1,25 @@
-"""Which guard is active, how it is chosen, and what the native guard accepts."""
+"""Which guard is active, how it is chosen and built (``python -m opclass.native``), and what the
+native guard accepts."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 import opclass
 from opclass.core import native as _native
+
+from _marks import needs_native
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = textwrap.dedent(
@@ -34,6 +40,7 @@ def _probe(**env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, cwd=ROOT, env={**os.environ, **env})
 
 
+@pytest.mark.slow
 def test_forced_python_guard() -> None:
     out = _probe(OPCLASS_GUARD="python")
     assert out.returncode == 0, out.stderr
@@ -41,6 +48,7 @@ def test_forced_python_guard() -> None:
     assert backend == "python" and info == "python: OPCLASS_GUARD=python" and meta_base == "type"
 
 
+@pytest.mark.slow
 def test_auto_without_a_build_and_background_builds_off_uses_python(tmp_path: Path) -> None:
     out = _probe(OPCLASS_GUARD="auto", OPCLASS_CACHE_DIR=str(tmp_path), OPCLASS_NATIVE_BUILD="off")
     assert out.returncode == 0, out.stderr
@@ -72,7 +80,8 @@ BACKGROUND_PROBE = textwrap.dedent(
 )
 
 
-@pytest.mark.skipif(opclass.guard_backend() != "native", reason="native guard not built (python -m opclass.native)")
+@pytest.mark.slow
+@needs_native
 def test_auto_builds_in_the_background_and_switches_live_classes(tmp_path: Path) -> None:
     # The build here starts from this machine's object files, so the background build only links.
     module = _native.native_module()
@@ -90,14 +99,13 @@ def test_auto_builds_in_the_background_and_switches_live_classes(tmp_path: Path)
     assert uses_native == "True"  # the class defined before the build now runs the native guard
 
 
+@pytest.mark.slow
 def test_bad_mode_is_an_error() -> None:
     out = _probe(OPCLASS_GUARD="fastest")
     assert out.returncode != 0 and "OPCLASS_GUARD='fastest': use auto, native or python" in out.stderr
 
 
-needs_native = pytest.mark.skipif(opclass.guard_backend() != "native", reason="native guard not built (python -m opclass.native)")
-
-
+@pytest.mark.slow
 @needs_native
 def test_native_is_used_when_built() -> None:
     out = _probe(OPCLASS_GUARD="native")
@@ -171,6 +179,7 @@ def test_native_guard_reads_thread_local_state() -> None:
     assert seen == [0]
 
 
+@pytest.mark.slow
 def test_background_build_without_a_compiler_keeps_the_python_guard(tmp_path: Path) -> None:
     probe = textwrap.dedent(
         """
@@ -193,6 +202,7 @@ def test_background_build_without_a_compiler_keeps_the_python_guard(tmp_path: Pa
     assert "no-compiler" in out.stdout  # the compiler it could not run
 
 
+@pytest.mark.slow
 def test_python_guard_self_test_leaves_torch_as_it_found_it() -> None:
     probe = textwrap.dedent(
         """
@@ -212,6 +222,7 @@ def test_python_guard_self_test_leaves_torch_as_it_found_it() -> None:
     assert out.stdout.strip() == "cached checks (torch._C._dynamo.guards.TensorGuards)"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("state", ["inference_mode", "autocast", "no_grad"])
 def test_python_guard_self_test_passes_whatever_state_the_first_call_is_in(state: str) -> None:
     probe = textwrap.dedent(
@@ -235,6 +246,7 @@ def test_python_guard_self_test_passes_whatever_state_the_first_call_is_in(state
     assert out.stdout.strip() == "cached checks (torch._C._dynamo.guards.TensorGuards)"
 
 
+@pytest.mark.slow
 def test_python_guard_first_calls_do_not_wait_for_the_self_test() -> None:
     # The self-test is held until released: calls meanwhile run the exact check, record nothing
     # and give the right results; once it is over, the next call records.
@@ -266,3 +278,34 @@ def test_python_guard_first_calls_do_not_wait_for_the_self_test() -> None:
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300, env={**os.environ, "OPCLASS_GUARD": "python"})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.splitlines() == ["self-test running: calls run the exact check until it is over", "cached checks (torch._C._dynamo.guards.TensorGuards)"]
+
+
+# --------------------------------------------------------------------------- python -m opclass.native
+
+
+def test_native_says_when_it_reused_a_build(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    from opclass import native
+    from opclass.core import native as core_native
+
+    library = tmp_path / "opclass_guard.so"
+    library.write_bytes(b"")
+    monkeypatch.setattr(core_native, "built", lambda: library)
+    monkeypatch.setattr(core_native, "load", lambda mode=None: None)
+    monkeypatch.setattr(core_native, "build", lambda verbose=False: library)  # nothing rebuilt
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        native.main([])
+    assert out.getvalue().splitlines()[0] == f"opclass: native guard up to date (nothing to rebuild): {library}"
+
+    def rebuild(verbose: bool = False) -> Any:
+        library.write_bytes(b"new")
+        import os
+
+        os.utime(library, ns=(1, 1))
+        return library
+
+    monkeypatch.setattr(core_native, "build", rebuild)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        native.main([])
+    assert out.getvalue().splitlines()[0] == f"opclass: native guard built: {library}"

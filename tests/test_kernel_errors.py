@@ -10,12 +10,15 @@
 * A ``backward`` that raises: the error comes out of ``.backward()``, no gradient is accumulated,
   and a later forward + backward works.
 * An ``abstract`` that raises, under ``FakeTensorMode`` and with meta Tensors.
-* Kernels returning the wrong thing (a float for a Tensor, an input for a functional op, a tuple of
-  the wrong length): the same exception type and message on both call paths. The wrong output
-  counts ``tests/test_outputs.py`` already covers (a 3-tuple for two outputs, in grad mode) are not
-  repeated here.
-* An ``abstract`` returning the wrong thing: a float or too few outputs (the same error on both
-  paths); too many outputs (in child processes: torch's dispatcher may crash on it).
+* A kernel that writes to its argument and then raises: the write counts (version counter), and
+  autograd refuses a saved Tensor it changed.
+* Kernels returning the wrong thing (a float for a Tensor, an input or a Tensor sharing an input's
+  storage for a functional op, a tuple or list of the wrong length: torch's dispatcher would crash
+  on too many values): the same exception type and message on every call path. Results that keep
+  the contract pass: fresh outputs, a clone, a Tensor without storage (sparse).
+* An ``abstract`` returning the wrong thing: a float, too few outputs or its own input (the same
+  error on every path, under FakeTensorMode and with meta Tensors); too many outputs (in child
+  processes: torch's dispatcher may crash on it).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from opclass import CustomOp
 from opclass._harness import call_paths, diff, observe
+
+from _errors import compiled_call, error_of, first_line
 
 # Every exception a hook of this file raises, in order: the caller must get these very objects.
 RAISED: list[BaseException] = []
@@ -154,15 +159,6 @@ def _expected(op_name: str, x: Tensor, second: Tensor) -> Tensor:
 # --------------------------------------------------------------------------- helpers
 
 
-def _raises(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> BaseException:
-    """The exception ``fn(*args, **kwargs)`` raises (failing the test if it raises none)."""
-    try:
-        fn(*args, **kwargs)
-    except Exception as e:  # noqa: BLE001 - every exception is the subject here
-        return e
-    raise AssertionError(f"{fn} did not raise")
-
-
 def _frames(tb: Optional[types.TracebackType]) -> list[types.CodeType]:
     codes = []
     while tb is not None:
@@ -208,7 +204,7 @@ def test_kernel_exception_reaches_the_caller(ns: str, op_name: str, path: str, r
     before = [_state(x), _state(second)]
     RAISED.clear()
     with CONTEXTS[context]():
-        e = _raises(fn, x, second, **_kwargs(op_name))
+        e = error_of(fn, x, second, **_kwargs(op_name))
     _assert_user_error(e, "boom from kernel", "cpu")
     # Nothing written, no grad; the mutated Tensor's version bumped before the kernel ran, as
     # custom_op does.
@@ -236,7 +232,7 @@ def test_failed_forward_leaves_no_autograd_state(ns: str, op_name: str, path: st
     x = torch.full((3,), -1.0, requires_grad=True)
     y = torch.arange(1.0, 4.0, requires_grad=True)
     for _ in range(2):
-        _raises(fn, x, y, **kwargs)
+        error_of(fn, x, y, **kwargs)
     assert (x.grad, y.grad) == (None, None)
     assert x.is_leaf and y.is_leaf and x.grad_fn is None and (x._version, y._version) == (0, 0)
 
@@ -265,7 +261,7 @@ def test_failed_forward_leaves_no_autograd_state(ns: str, op_name: str, path: st
 
     a = (torch.rand(3, dtype=torch.float64) + 0.5).requires_grad_()
     b = torch.rand(3, dtype=torch.float64, requires_grad=True)
-    _raises(fn, -a, b, **kwargs)
+    error_of(fn, -a, b, **kwargs)
     assert torch.autograd.gradcheck(lambda u, v: fn(u, v, **kwargs), (a, b))
 
 
@@ -279,7 +275,7 @@ def test_raising_backward(ns: str, op_name: str, path: str) -> None:
     y = torch.arange(1.0, 4.0, requires_grad=True)
     out = fn(x, y, **kwargs)
     RAISED.clear()
-    e = _raises(out.backward, torch.full((3,), -1.0))
+    e = error_of(out.backward, torch.full((3,), -1.0))
     _assert_user_error(e, "boom from backward", "backward")
     assert (x.grad, y.grad) == (None, None), "a failed backward accumulated gradients"
 
@@ -301,12 +297,45 @@ def test_raising_abstract(ns: str, op_name: str, path: str, requires_grad: bool,
     with FakeTensorMode() if where == "fake_tensor_mode" else contextlib.nullcontext():
         RAISED.clear()
         bad = torch.ones(2, 2, device=device, requires_grad=requires_grad)
-        e = _raises(fn, bad, torch.ones(2, 2, device=device), **kwargs)
+        e = error_of(fn, bad, torch.ones(2, 2, device=device), **kwargs)
         _assert_user_error(e, "boom from abstract", "abstract")
         assert bad.grad is None and bad._version == 0
         out = fn(torch.ones(3, device=device, requires_grad=requires_grad), torch.ones(3, device=device), **kwargs)
     assert isinstance(out, FakeTensor) == (where == "fake_tensor_mode")
     assert out.shape == (3,) and out.device.type == device and out.requires_grad == requires_grad
+
+
+# --------------------------------------------------------------------------- a kernel that writes, then raises
+
+
+def _write_then_raise(ns: str) -> Any:
+    class Accumulate(CustomOp, name=f"{ns}::accumulate", mutates_args=("acc",)):
+        @staticmethod
+        def cpu(acc: Tensor, x: Tensor) -> None:
+            a = acc.numpy()
+            a += x.numpy()
+            raise ValueError("boom after the write")
+
+    return Accumulate
+
+
+def test_a_kernel_that_writes_and_raises_counts_as_a_write(ns: str) -> None:
+    op = _write_then_raise(ns)
+    for label, fn in call_paths(op).items():
+        acc = torch.zeros(2)
+        assert isinstance(error_of(fn, acc, torch.ones(2)), ValueError)
+        assert acc._version > 0, label
+
+
+def test_a_saved_tensor_written_by_a_raising_kernel_is_not_used_silently(ns: str) -> None:
+    """Autograd refuses a Tensor that changed after it was saved, as with custom_op."""
+    op = _write_then_raise(ns)
+    for label, fn in call_paths(op).items():
+        w = torch.ones(2, requires_grad=True)
+        acc = torch.ones(2)
+        out = (w * acc).sum()  # saves acc for w's gradient
+        error_of(fn, acc, torch.ones(2))
+        assert "modified by an inplace operation" in str(error_of(out.backward)), label
 
 
 # --------------------------------------------------------------------------- wrong kernel results
@@ -408,6 +437,7 @@ WRONG_RESULTS: dict[str, WrongResult] = {
     "numpy_scalar_for_tensor": WrongResult(_ret, lambda x: x.detach().numpy().sum(), RuntimeError, "{where} returned a NumPy float32 (6.0), " + _TENSOR + ": convert it with torch.tensor(...)"),
     "input_returned": WrongResult(_ret, lambda x: x, RuntimeError, _ALIAS),
     "view_of_input_returned": WrongResult(_ret, lambda x: x[1:], RuntimeError, _ALIAS),
+    "storage_of_input_returned": WrongResult(_ret, lambda x: torch.empty(0).set_(x.untyped_storage()), RuntimeError, _ALIAS),  # no view, same storage
     "tuple_for_tensor": WrongResult(_ret, lambda x: (x * 1, x * 2), RuntimeError, "{where} returned a tuple (Tensor, Tensor), " + _TENSOR + ": return one Tensor, or declare 2 outputs: -> tuple[Tensor, Tensor]"),
     "one_tuple_for_tensor": WrongResult(_ret, lambda x: [x * 1], RuntimeError, "{where} returned a list (Tensor), " + _TENSOR + ": return the Tensor itself, not a 1-element list"),
     "tuple_with_input_for_tensor": WrongResult(_ret, lambda x: (x, x * 2), RuntimeError, "{where} returned a tuple (Tensor, Tensor), " + _TENSOR),
@@ -424,6 +454,8 @@ WRONG_RESULTS: dict[str, WrongResult] = {
     "float_in_tuple": WrongResult(_pair, lambda x: (x * 1, 2.0), RuntimeError, "{where} returned a tuple (Tensor, float) whose item [1] is the float 2.0, but a Tensor belongs there (-> tuple[Tensor, Tensor]): return a Tensor (torch.tensor(2.0)), or annotate the kernels -> float if the op returns a number"),
     "none_in_tuple": WrongResult(_pair, lambda x: (x * 1, None), RuntimeError, "{where} returned a tuple (Tensor, None) whose item [1] is None, but a Tensor belongs there (-> tuple[Tensor, Tensor]): did the kernel forget"),
     "input_in_tuple": WrongResult(_pair, lambda x: (x * 1, x), RuntimeError, _ALIAS),
+    # torch 2.13's dispatcher would crash on too many values, in a tuple as in a list.
+    "three_of_two": WrongResult(_pair, lambda x: (x * 1, x * 2, x * 3), RuntimeError, "{where}: the kernel returned 3 values, but the op's schema declares 2 outputs"),
     "list_for_two": WrongResult(_pair, lambda x: [x * 1, x * 2], None, "tuple"),
     # A return type with no schema spelling of its own: the error still names the op and the hook.
     "bare_tensor_for_one_tuple": WrongResult(_one_tuple, lambda x: x * 1, RuntimeError, "{where} returned a Tensor of shape (3,), which the dispatcher cannot convert to -> tuple[Tensor]: return a value of that type"),
@@ -494,6 +526,46 @@ def test_wrong_result_error_is_catchable_as_runtime_error(ns: str) -> None:
             fn(torch.ones(2), how)
 
 
+# --------------------------------------------------------------------------- results that keep the contract
+
+
+def test_fresh_outputs_pass(ns: str) -> None:
+    class Two(CustomOp, name=f"{ns}::two"):
+        @staticmethod
+        def cpu(x: Tensor) -> tuple[Tensor, Tensor]:
+            return x * 1, x * 2
+
+    for call in (Two, Two.op):
+        a, b = call(torch.ones(2))
+        assert torch.equal(a, torch.ones(2)) and torch.equal(b, torch.full((2,), 2.0))
+
+
+def test_functional_op_returning_a_clone_is_fine(ns: str) -> None:
+    class Copy(CustomOp, name=f"{ns}::copy"):
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            return x.clone()
+
+    x = torch.ones(2)
+    y = Copy(x)
+    assert y is not x and y.data_ptr() != x.data_ptr()
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_output_without_storage_passes(ns: str, requires_grad: bool) -> None:
+    # A sparse Tensor has no storage: the cheap freshness test cannot read one, and the full
+    # check decides (it used to raise "Cannot access storage" under the pure-Python guard).
+    class Sparse(CustomOp, name=f"{ns}::sparse"):
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            return x.detach().to_sparse()
+
+    x = torch.tensor([0.0, 2.0, 0.0], requires_grad=requires_grad)
+    for call in (Sparse, Sparse.op, Sparse, Sparse.op):
+        out = call(x)
+        assert out.layout == torch.sparse_coo and torch.equal(out.to_dense(), x.detach())
+
+
 # --------------------------------------------------------------------------- wrong abstract results
 
 
@@ -518,12 +590,82 @@ def test_wrong_abstract_result_matches_the_dispatcher(ns: str, where: str, how: 
     outcomes = []
     for fn in (cls, cls.op):
         with FakeTensorMode() if where == "fake_tensor_mode" else contextlib.nullcontext():
-            e = _raises(fn, torch.ones(2, device="meta" if where == "meta" else "cpu"), how)
+            e = error_of(fn, torch.ones(2, device="meta" if where == "meta" else "cpu"), how)
         outcomes.append((type(e), str(e)))
     assert outcomes[0] == outcomes[1]
     assert outcomes[0][0] is RuntimeError
     if how == "one":  # opclass's arity check, naming the op and the hook
         assert outcomes[0][1] == f"{ns}::bad_abstract (BadAbstract.abstract): the kernel returned 1 values, but the op's schema declares 2 outputs"
+
+
+def _fake_returns_input(ns: str) -> Any:
+    class Op(CustomOp, name=f"{ns}::input"):
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            return x.exp()
+
+        @staticmethod
+        def abstract(x: Tensor) -> Tensor:
+            return x  # should be torch.empty_like(x)
+
+        @staticmethod
+        def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+            ctx.save_for_backward(output)
+
+        @staticmethod
+        def backward(ctx: Any, grad: Tensor) -> Any:
+            return grad * ctx.saved_tensors[0]
+
+    return Op
+
+
+def _fake_returns_one(ns: str) -> Any:
+    class Op(CustomOp, name=f"{ns}::one_for_two"):
+        @staticmethod
+        def cpu(x: Tensor) -> tuple[Tensor, Tensor]:
+            return x.min(), x.max()
+
+        @staticmethod
+        def abstract(x):  # type: ignore[no-untyped-def]
+            return x.new_empty(())  # should be a tuple of two
+
+    return Op
+
+
+def _fake_contexts() -> dict[str, Callable[[], Any]]:
+    def fake() -> Any:
+        mode = FakeTensorMode()
+        return mode, lambda: mode.from_tensor(torch.ones(3)).requires_grad_()
+
+    def meta() -> Any:
+        return contextlib.nullcontext(), lambda: torch.ones(3, device="meta", requires_grad=True)
+
+    return {"FakeTensorMode": fake, "meta": meta}
+
+
+def test_a_fake_kernel_returning_its_input_gets_the_aliasing_message(ns: str) -> None:
+    op = _fake_returns_input(ns)
+    for context, make in _fake_contexts().items():
+        mode, tensor = make()
+        for label, fn in call_paths(op).items():
+            with mode:
+                line = first_line(error_of(fn, tensor()))
+            assert line.startswith(f"{ns}::input (Op.abstract): the output of this custom operator (1) must not also be an input"), (context, label, line)
+
+
+def test_a_fake_kernel_with_too_few_outputs_raises_what_eager_raises(ns: str) -> None:
+    op = _fake_returns_one(ns)
+    eager = error_of(op.record.outputs.finish, f"{ns}::one_for_two (Op.cpu)", (), {}, torch.ones(()))
+    assert type(eager) is TypeError
+    for context, make in _fake_contexts().items():
+        mode, tensor = make()
+        for label, fn in call_paths(op).items():
+            with mode:
+                e = error_of(fn, tensor())
+            assert type(e) is TypeError, (context, label)
+            assert first_line(e).startswith(f"{ns}::one_for_two (Op.abstract) returned a"), (context, label)
+    torch._dynamo.reset()
+    assert first_line(error_of(compiled_call(op), torch.ones(3))).startswith(f"{ns}::one_for_two (Op.abstract) returned a FakeTensor")
 
 
 _CHILD = """
@@ -555,8 +697,9 @@ for label, fn in (("MyOp", TooMany), ("MyOp.op", TooMany.op)):
 """
 
 
+@pytest.mark.slow
 def test_abstract_returning_too_many_outputs_is_an_error_not_a_crash() -> None:
-    """As for kernels (tests/test_outputs.py): an ``abstract`` returning 3 values for 2 outputs must
+    """As for kernels (``three_of_two`` above): an ``abstract`` returning 3 values for 2 outputs must
     raise, on both call paths, not take the interpreter down (torch 2.13's dispatcher crashes on it).
     Checked with meta Tensors and under FakeTensorMode, each in a child process (run side by side)."""
     children = {

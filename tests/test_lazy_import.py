@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import opclass
 from opclass import _public
 
@@ -22,19 +24,23 @@ def run(code: str) -> str:
     return out.stdout.strip()
 
 
+@pytest.mark.slow
 def test_mypy_plugin_imports_without_torch() -> None:
     assert run("import sys, opclass.mypy; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))") == "[]"
 
 
+@pytest.mark.slow
 def test_star_import_gives_every_public_name() -> None:
     code = "import opclass; ns = {}; exec('from opclass import *', ns); print(sorted(set(ns) - {'__builtins__'}) == sorted(opclass.__all__))"
     assert run(code) == "True"
 
 
+@pytest.mark.slow
 def test_first_public_name_brings_the_built_in_hooks() -> None:
     assert run("import opclass; print('cpu' in opclass.hooks())") == "True"
 
 
+@pytest.mark.slow
 def test_no_subpackage_shadows_a_public_name() -> None:
     """Importing a tool first (it imports the layers) leaves every public name as it is: a
     subpackage named like one would replace it on the package (``opclass.hooks`` once did)."""

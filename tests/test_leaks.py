@@ -16,9 +16,10 @@
   disabled: a reference cycle through ctx would keep them alive), on every autograd path.
 * **Definitions.** 1000 redefinitions of one name, and 1000 distinct ops each defined and removed:
   the growth between iteration 200 and 1000 is bounded per iteration (``DEFINITION_LIMITS``); a
-  control that keeps every class alive exceeds the same bound. Distinct names carry an unavoidable
-  residue that torch itself keeps per removed op name; it is measured with bare
-  ``torch.library`` ops in the same process and allowed for.
+  control that keeps every class alive exceeds the same bound. Redefinitions also leave no op
+  records, Libraries, autograd Functions or ``linecache`` entries of replaced ops behind. Distinct
+  names carry an unavoidable residue that torch itself keeps per removed op name; it is measured
+  with bare ``torch.library`` ops in the same process and allowed for.
 
 Measurements are printed (``pytest -s`` shows them). The tests run under whichever guard (native or
 pure Python) opclass picked at import; run the file with ``OPCLASS_GUARD=python`` for the other one.
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import linecache
 import os
 import tracemalloc
 import weakref
@@ -465,3 +467,46 @@ def test_removed_op_frees_its_record_class_and_kernel(ns: str) -> None:
     gc.collect()
     alive = [name for name, ref in refs.items() if ref() is not None]
     assert not alive, f"still alive after remove(): {alive}"
+
+
+def _redefine_loop(ns: str, n: int) -> None:
+    for i in range(n):
+        redefine(f"{ns}::loop", i)
+
+
+def _count(kind: type) -> int:
+    return sum(1 for o in gc.get_objects() if isinstance(o, kind))
+
+
+def test_redefinition_loop_memory_is_bounded(ns: str) -> None:
+    _redefine_loop(ns, 50)  # warm up caches
+    gc.collect()
+    records_before = _count(opclass.OpRecord)
+    libs_before = _count(torch.library.Library)
+    functions_before = _count(type(torch.autograd.Function))  # autograd.Function subclasses
+    tracemalloc.start()
+    try:
+        start, _ = tracemalloc.get_traced_memory()
+        _redefine_loop(ns, 1000)
+        gc.collect()
+        end, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # Replaced ops are freed: no records, libraries or autograd Functions pile up.
+    assert _count(opclass.OpRecord) <= records_before + 2
+    assert _count(torch.library.Library) <= libs_before + 2
+    assert _count(type(torch.autograd.Function)) <= functions_before + 10
+    # Generous: ~1 MB per 1000 redefinitions today (partly torch's own tables); unbounded growth
+    # of a class, a record or a Library per iteration would be far more.
+    assert end - start < 16 * 2**20, f"{(end - start) / 2**20:.1f} MiB retained after 1000 redefinitions"
+
+
+def test_redefinition_loop_does_not_grow_linecache(ns: str) -> None:
+    """Each definition registers its generated source in linecache; replaced ones should go."""
+    _redefine_loop(ns, 20)
+    gc.collect()
+    before = len(linecache.cache)
+    _redefine_loop(ns, 300)
+    gc.collect()
+    grown = len(linecache.cache) - before
+    assert grown < 30, f"linecache grew by {grown} entries over 300 redefinitions of one op"

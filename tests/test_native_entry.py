@@ -18,8 +18,7 @@ import opclass
 from opclass import CustomOp
 from opclass.callpath.classcall import call_function
 
-native = pytest.mark.skipif(opclass.guard_backend() != "native", reason="the C entry needs the native guard")
-
+from _marks import needs_native
 
 def make_axpy(ns: str, calls: list[str] | None = None) -> Any:
     class Axpy(CustomOp, name=f"{ns}::axpy"):
@@ -37,7 +36,7 @@ def make_axpy(ns: str, calls: list[str] | None = None) -> Any:
     return Axpy
 
 
-@native
+@needs_native
 def test_simple_ops_get_an_entry_others_do_not(ns: str) -> None:
     axpy = make_axpy(ns)
     assert axpy._opclass_fast is None  # made with the call function, on the op's first call

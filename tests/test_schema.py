@@ -3,6 +3,7 @@
 Covers the annotation table (every supported parameter and return type, defaults of every kind,
 keyword-only arguments) -- each row checks ``MyOp.schema`` exactly and runs the op through both
 ``MyOp(...)`` and ``torch.ops.<ns>.<name>(...)`` -- plus ``from __future__ import annotations``,
+strings nested in annotations, ``GroupName``, hooks annotated in part (they take the kernel's schema),
 explicit ``schema=``, ``mutates_args`` alias annotations, ``Tag.inplace`` / ``Tag.out`` schemas,
 ``inspect.signature(MyOp)``, overload names, snake_case names under an inherited namespace, and
 variant subclasses that inherit hooks and the schema.
@@ -14,7 +15,7 @@ import inspect
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 import pytest
 import torch
@@ -23,7 +24,13 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from opclass import CustomOp, OpMeta
 
+from _paths import assert_paths_agree_on
 from _versions import needs_tag
+
+if torch.distributed.is_available():
+    from torch.distributed.distributed_c10d import GroupName
+else:
+    GroupName = None
 
 X = torch.arange(6.0)
 X23 = torch.arange(6.0).reshape(2, 3)
@@ -437,6 +444,48 @@ def test_explicit_schema_agreeing_with_annotations(ns: str) -> None:
     assert Lerp.schema == "(Tensor a, Tensor b, float w=0.5) -> Tensor"
     assert_same(Lerp(X, X + 2), X + 1)
     assert_same(torch_op(ns, "lerp")(X, X + 4, 0.25), X + 1)
+
+
+# --------------------------------------------------------------------------- nested string annotations, GroupName, partly annotated hooks
+
+
+def test_nested_string_annotations_are_evaluated(ns: str) -> None:
+    class Nested(CustomOp, name=f"{ns}::nested"):
+        @staticmethod
+        def default(xs: list["Tensor"], y: Optional["Tensor"], zs: List["Tensor"], w: "Optional[Tensor]" = None) -> list["Tensor"]:
+            return [x + 1 for x in xs]
+
+    assert Nested.schema == "(Tensor[] xs, Tensor? y, Tensor[] zs, Tensor? w=None) -> Tensor[]"
+    assert_paths_agree_on(Nested, [torch.ones(2)], None, [])
+
+
+def test_group_name_is_a_str(ns: str) -> None:
+    if GroupName is None:
+        pytest.skip("torch.distributed is not available")
+
+    class Grouped(CustomOp, name=f"{ns}::grouped"):
+        @staticmethod
+        def default(x: Tensor, group: GroupName, other: Optional[GroupName] = None) -> Tensor:
+            return x * len(group)
+
+    assert Grouped.schema == "(Tensor x, str group, str? other=None) -> Tensor"
+    seen = assert_paths_agree_on(Grouped, torch.ones(2), "abc")
+    assert seen["output"]["values"].tolist() == [3.0, 3.0]
+
+
+def test_partly_annotated_abstract_takes_the_kernels_schema(ns: str) -> None:
+    class Zeros(CustomOp, name=f"{ns}::zeros"):
+        @staticmethod
+        def cpu(x: Tensor, shape: list[int]) -> Tensor:
+            return x.new_zeros(shape)
+
+        @staticmethod
+        def abstract(x, shape) -> Tensor:  # as torch's custom_op_db writes fake kernels
+            return x.new_empty(shape)
+
+    assert Zeros.schema == "(Tensor x, SymInt[] shape) -> Tensor"
+    assert_paths_agree_on(Zeros, torch.ones(1), [2, 3])
+    torch.library.opcheck(Zeros.op, (torch.ones(1), [2, 3]))
 
 
 # --------------------------------------------------------------------------- mutation, Tag.inplace, Tag.out

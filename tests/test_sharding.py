@@ -441,6 +441,7 @@ def test_failed_install_takes_the_strategy_out(ns: str) -> None:
     assert [r.qualname for r in _sharding._REGISTERED if r.namespace == ns] == [f"{ns}::twice"]
 
 
+@pytest.mark.slow
 @needs_dtensor
 def test_registration_waits_for_dtensor_import() -> None:
     """Defining an op imports neither torch.distributed.tensor nor torch._dynamo (fresh interpreter)."""
@@ -493,6 +494,7 @@ def test_registration_waits_for_dtensor_import() -> None:
     assert report["define_s"] < 0.25, report  # no half-second DTensor import in the class statement
 
 
+@pytest.mark.slow
 @needs_dtensor
 def test_definitions_racing_the_dtensor_import() -> None:
     """8 threads define ops while another imports torch.distributed.tensor: all get registered."""
@@ -682,6 +684,7 @@ def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[dict[st
     yield ranks
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("check", [pytest.param(c, marks=needs_tag(*ops_module.CHECK_TAGS.get(c, ()))) for c in ops_module.CHECKS])
 def test_two_processes(two_ranks: list[dict[str, Any]], check: str) -> None:
     for rank, r in enumerate(two_ranks):
@@ -694,6 +697,7 @@ def test_two_processes(two_ranks: list[dict[str, Any]], check: str) -> None:
         assert result["ok"], f"rank {rank} failed {check}:\n{result['error']}"
 
 
+@pytest.mark.slow
 def test_two_processes_finished_cleanly(two_ranks: list[dict[str, Any]]) -> None:
     for rank, r in enumerate(two_ranks):
         assert r["rc"] == 0 and r["stdout"].rstrip().endswith("DONE"), (

@@ -16,6 +16,8 @@ import opclass.testing
 from opclass import CustomOp, OpDefinitionError
 from opclass.testing import Sample, check_op, check_sample, parametrize_samples
 
+from _errors import error_of
+from _ops import numpy_doubler
 from _versions import needs_tag
 
 # --------------------------------------------------------------------------- module-level ops for parametrize_samples
@@ -96,6 +98,19 @@ def test_parametrize_samples_needs_samples(ns: str) -> None:
         parametrize_samples()
 
 
+def test_parametrize_samples_suggests_what_it_takes(ns: str) -> None:
+    class Inc(CustomOp, name=f"{ns}::inc"):
+        @staticmethod
+        def default(x: Tensor) -> Tensor:
+            return x + 1
+
+    e = error_of(opclass.testing.parametrize_samples, Inc)
+    assert "samples=[...]" in str(e) and "check_op(Inc, samples=[...])" in str(e)
+    assert "or pass samples=[...]" not in str(e)
+    opclass.testing.check_op(Inc, [(torch.ones(2),)])  # what it suggests works
+
+
+@pytest.mark.slow
 def test_pytest_is_imported_lazily() -> None:
     import subprocess
 
@@ -565,3 +580,10 @@ def test_the_same_tensor_as_a_declared_argument_passes_the_mutation_check(ns: st
 
     x = torch.ones(3)
     check_op(AddInto, [(x, x), (x, x[:3])], opcheck=False)
+
+
+def test_check_op_catches_a_write_through_numpy(ns: str) -> None:
+    op = numpy_doubler(ns)
+    e = error_of(opclass.testing.check_op, op, [(torch.ones(3),)], opcheck=False, gradcheck=False)
+    assert f"{ns}::double (Double.cpu) wrote to 'x' (its values changed" in str(e)
+    assert "mutates_args=('x',)" in str(e)

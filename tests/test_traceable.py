@@ -380,6 +380,7 @@ def test_triton_eager_on_cuda(ns: str) -> None:
     assert set(result.values()) == {"SUCCESS"}
 
 
+@pytest.mark.slow
 @needs_cuda_triton
 def test_inductor_compiles_the_triton_kernel(ns: str) -> None:
     from torch._inductor.utils import run_and_get_code

@@ -87,6 +87,7 @@ def mypy_config(tmp_path: Path, plugin: bool) -> Path:
     return config
 
 
+@pytest.mark.slow
 def test_package_passes_mypy_strict() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "mypy.ini"), "--no-incremental"],
@@ -102,6 +103,7 @@ def test_ships_py_typed() -> None:
     assert (ROOT / "opclass" / "py.typed").is_file()
 
 
+@pytest.mark.slow
 def test_mypy_plugin_diagnostics_and_incremental_cache(tmp_path: Path) -> None:
     cases = copy_cases(tmp_path)
     config, cache = mypy_config(tmp_path, plugin=True), tmp_path / "cache"
@@ -117,6 +119,7 @@ def test_mypy_plugin_diagnostics_and_incremental_cache(tmp_path: Path) -> None:
     assert {k: v for k, v in again.items() if k != "calls.py"} == {k: v for k, v in got.items() if k != "calls.py"}, log
 
 
+@pytest.mark.slow
 def test_mypy_without_plugin_sees_any(tmp_path: Path) -> None:
     cases = copy_cases(tmp_path)
     got, log = run_mypy(cases, mypy_config(tmp_path, plugin=False), tmp_path / "cache")
@@ -126,6 +129,7 @@ def test_mypy_without_plugin_sees_any(tmp_path: Path) -> None:
     assert got["errors.py"] == set() and got["keywords.py"] == set(), log
 
 
+@pytest.mark.slow
 def test_pyright_diagnostics(tmp_path: Path) -> None:
     cases = copy_cases(tmp_path)
     (cases / "pyrightconfig.json").write_text(json.dumps({"extraPaths": [str(ROOT), str(cases)], "typeCheckingMode": "standard"}))
@@ -143,6 +147,7 @@ def test_pyright_diagnostics(tmp_path: Path) -> None:
     assert got == expected("P"), json.dumps(report["generalDiagnostics"], indent=1)
 
 
+@pytest.mark.slow
 def test_correct_calls_run() -> None:
     """The well-typed calls are also right at runtime."""
     out = subprocess.run([sys.executable, "calls.py"], cwd=CASES, capture_output=True, text=True)

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # mypy and pyright, in subprocesses
+
 ROOT = Path(__file__).resolve().parent.parent
 
 LIBRARY = '''\

@@ -987,6 +987,129 @@ def test_case_ids_are_unique() -> None:
     assert len(ids) == len(set(ids))
 
 
+# --------------------------------------------------------------------------- definition errors tested on their own
+
+
+@pytest.mark.parametrize(
+    ("schema", "tag_name", "problem"),
+    [
+        pytest.param("(Tensor(a!) x, Tensor y) -> Tensor", "inplace", "Tag.inplace needs the op to return its first argument", marks=needs_tag("inplace")),
+        pytest.param(
+            "(Tensor x, Tensor(a!) y) -> Tensor(a!)", "inplace", "Tag.inplace needs the first parameter to be a Tensor that is the only one mutated", marks=needs_tag("inplace")
+        ),
+        pytest.param("(Tensor x, *, Tensor(a!) out) -> Tensor", "out", "Tag.out needs the op to return its out arguments, in order", marks=needs_tag("out")),
+        pytest.param("(Tensor x, Tensor(a!) out) -> Tensor(a!)", "out", "Tag.out needs the mutated arguments to be keyword-only Tensors", marks=needs_tag("out")),
+        pytest.param(
+            "(Tensor x, *, Tensor(a!) o1, Tensor(b!) o2) -> (Tensor(b!), Tensor(a!))",
+            "out",
+            "Tag.out needs the op to return its out arguments, in order",
+            marks=needs_tag("out"),
+        ),
+    ],
+)
+def test_explicit_schema_breaking_tag_rules_is_a_definition_error(ns: str, schema: str, tag_name: str, problem: str) -> None:
+    tag = getattr(torch.Tag, tag_name)
+    mutated = [part.split()[-1] for part in schema[1 : schema.index(")")].split(",") if "!" in part]
+    with pytest.raises(OpDefinitionError) as info:
+
+        class Bad(CustomOp, name=f"{ns}::bad", schema=schema, mutates_args=mutated, tags=tag):
+            @staticmethod
+            def default(*args, **kwargs):
+                return args[0]
+
+    assert info.value.problem == f"schema={schema!r}: {problem}"
+    assert str(info.value).startswith("class Bad: ")
+    assert not hasattr(torch.ops, ns) or not hasattr(getattr(torch.ops, ns), "bad")
+
+
+def test_unresolvable_nested_string_is_a_definition_error(ns: str) -> None:
+    with pytest.raises(OpDefinitionError) as info:
+
+        class Bad(CustomOp, name=f"{ns}::bad"):
+            @staticmethod
+            def default(xs: list["Tensr"]) -> Tensor:  # noqa: F821 - the typo is the subject
+                return xs[0].clone()
+
+    assert "of 'xs' cannot be evaluated (NameError: name 'Tensr' is not defined)" in info.value.problem
+
+
+def test_kernel_without_the_schemas_default_is_a_definition_error(ns: str) -> None:
+    """The dispatcher would leave ``k`` out: the kernel needs its own default."""
+    with pytest.raises(OpDefinitionError, match=r"parameter 'k' needs a default \(the schema gives k=2.0\)"):
+
+        class NoDefault(CustomOp, name=f"{ns}::no_default", schema="(Tensor x, float k=2.0) -> Tensor"):
+            @staticmethod
+            def cpu(x, k):
+                return x * k
+
+
+@pytest.mark.parametrize(
+    ("signature", "problem"),
+    [
+        ("(x, shape: list[float]) -> Tensor", "parameter 'shape' is annotated float[], but the op's schema says List[int]"),
+        ("(x, shape) -> list[Tensor]", "the return is annotated Tensor[], but the op returns Tensor"),
+        ("(x, size) -> Tensor", "its parameters (x, size) do not match the op's (x, shape)"),
+    ],
+)
+def test_partly_annotated_hook_must_agree_with_the_schema(ns: str, signature: str, problem: str) -> None:
+    scope: dict[str, Any] = {"CustomOp": CustomOp, "Tensor": Tensor}
+    with pytest.raises(OpDefinitionError) as info:
+        exec(  # noqa: S102 - the signature is the subject
+            f"class Bad(CustomOp, name='{ns}::bad'):\n"
+            f"    @staticmethod\n"
+            f"    def cpu(x: Tensor, shape: list[int]) -> Tensor:\n"
+            f"        return x.new_zeros(shape)\n"
+            f"    @staticmethod\n"
+            f"    def abstract{signature}:\n"
+            f"        return x\n",
+            scope,
+        )
+    assert problem in info.value.problem
+    assert info.value.hook == "abstract"
+
+
+def test_a_vmap_rule_needs_the_defaults_the_schema_has(ns: str) -> None:
+    with pytest.raises(OpDefinitionError) as info:
+
+        class Mul(CustomOp, name=f"{ns}::mul"):
+            @staticmethod
+            def default(x: Tensor, k: float = 1.0) -> Tensor:
+                return x * k
+
+            @staticmethod
+            def vmap(info: Any, in_dims: Any, x: Tensor, k: float) -> Any:
+                return Mul(x, k), in_dims[0]
+
+    assert str(info.value) == (
+        "Mul.vmap(info: Any, in_dims: Any, x: Tensor, k: float) -> Any: parameter 'k' needs a default (the schema gives k=1.0); "
+        "write vmap(info, in_dims, x, k=1.0)"
+    )
+
+
+@pytest.mark.parametrize("first", ["self", "ctx", "cls"])
+@pytest.mark.parametrize("annotated", [True, False])
+def test_a_kernel_written_as_a_method_is_named_so(ns: str, first: str, annotated: bool) -> None:
+    source = f"def default({first}, x: Tensor) -> Tensor:" if annotated else f"def default({first}, x):"
+    keywords = "" if annotated else ", schema='(Tensor x) -> Tensor'"
+    with pytest.raises(OpDefinitionError) as info:
+        exec(f"class Neg(CustomOp, name='{ns}::neg'{keywords}):\n    @staticmethod\n    {source}\n        return -x\n", {"CustomOp": CustomOp, "Tensor": Tensor})  # noqa: S102
+    text = str(info.value)
+    assert text.startswith(f"Neg.default({first}, x"), text
+    assert f"its first parameter is {first!r}, which is no argument of the op" in text
+    assert f": {first}: Tensor" not in text and "annotate it" not in text  # the fix that made an extra argument
+    assert (f"drop {first!r}" if annotated else "write default(x)") in text
+
+
+def test_a_kernel_without_staticmethod_and_with_self_says_both(ns: str) -> None:
+    with pytest.raises(OpDefinitionError) as info:
+
+        class Neg(CustomOp, name=f"{ns}::neg"):
+            def default(self, x: Tensor) -> Tensor:
+                return -x
+
+    assert str(info.value).endswith("add @staticmethod above the def and drop 'self' (the op's arguments only)")
+
+
 # --------------------------------------------------------------------------- what survives a failed definition
 
 

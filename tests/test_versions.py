@@ -76,6 +76,7 @@ def test_script_pins_exact_versions_and_parses_pytest_args() -> None:
     assert ns.releases == list(script.RELEASES.values()) and pytest_args == []
 
 
+@pytest.mark.slow
 def test_script_help_and_bad_version() -> None:
     helped = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, timeout=60)
     assert helped.returncode == 0 and "--wheels" in helped.stdout and "2.11->2.11.0" in helped.stdout
