@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._op import CustomOp, OpMeta
-    from .callpath.classcall import remove, remove_namespace
     from .core.names import DEVICE_TYPES
     from .core.native import guard_backend, guard_info
     from .decompose import decompositions
@@ -25,6 +24,7 @@ if TYPE_CHECKING:
     from .errors import OpDefinitionError
     from .builtin_hooks.kernels import device_hook
     from .install.record import OpRecord
+    from .lifecycle import remove, remove_namespace
 
 __all__ = [
     "CustomOp",

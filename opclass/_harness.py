@@ -24,7 +24,7 @@ from torch.utils._pytree import tree_leaves
 from opclass.callpath.classcall import python_guard_call
 from opclass.core.native import guard_backend
 
-__all__ = ["call_paths", "describe", "diff", "observe"]
+__all__ = ["call_paths", "diff", "observable", "observe"]
 
 
 def _tensors(value: Any) -> list[Tensor]:
@@ -83,7 +83,7 @@ def _graph(fn: Any, depth: int = 2) -> Any:
     return [type(fn).__name__, [(_graph(f, depth - 1), i) for f, i in fn.next_functions]]
 
 
-def describe(value: Any) -> Any:
+def observable(value: Any) -> Any:
     """Everything observable about a Tensor, as plain data (anything else is returned as is).
 
     Type, dtype, shape, strides, storage offset, device, layout, ``requires_grad``, leaf-ness,
@@ -111,14 +111,14 @@ def describe(value: Any) -> Any:
     }
 
 
-def _describe_output(out: Any, inputs: list[Tensor]) -> Any:
+def _output_observed(out: Any, inputs: list[Tensor]) -> Any:
     """The output with its container types, each Tensor described with the input it *is*."""
     if isinstance(out, (tuple, list)):
-        return {"container": type(out).__name__, "items": [_describe_output(o, inputs) for o in out]}
+        return {"container": type(out).__name__, "items": [_output_observed(o, inputs) for o in out]}
     if isinstance(out, dict):
-        return {k: _describe_output(v, inputs) for k, v in out.items()}
+        return {k: _output_observed(v, inputs) for k, v in out.items()}
     if isinstance(out, Tensor):
-        return {"is_input": [i for i, t in enumerate(inputs) if out is t], **describe(out)}
+        return {"is_input": [i for i, t in enumerate(inputs) if out is t], **observable(out)}
     if isinstance(out, float) and math.isnan(out):
         return "nan"
     return out  # diff compares its type too
@@ -141,9 +141,9 @@ def _backward(out: Any, enabled: bool = True) -> Any:
 def _after(out: Any, inputs: list[Tensor]) -> dict[str, Any]:
     """The output, every input afterwards, and the inputs' gradients, described."""
     return {
-        "output": _describe_output(out, inputs),
-        "inputs_after": [describe(t) for t in inputs],
-        "grads": [describe(t.grad) if t.is_leaf else "<non-leaf>" for t in inputs],
+        "output": _output_observed(out, inputs),
+        "inputs_after": [observable(t) for t in inputs],
+        "grads": [observable(t.grad) if t.is_leaf else "<non-leaf>" for t in inputs],
     }
 
 

@@ -1,6 +1,6 @@
-"""``CustomOp``: the base class users subclass, with the documented hook stubs; ``OpMeta``, whose
-call is the op's call; and :func:`_define`, the walk of a class statement from the class to its
-call (examples: on the classes)."""
+"""``CustomOp``: the base class users subclass, with the documented hook stubs; and ``OpMeta``,
+whose call is the op's call (examples: on the classes). A class statement is
+:func:`opclass.lifecycle.define`."""
 
 from __future__ import annotations
 
@@ -8,15 +8,14 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable
 
 import torch
 
-from opclass.callpath import classcall, dynamo
-from opclass.core import memo, native
-from opclass.core.shield import shield
-from opclass.define.builder import OpBuilder
-from opclass.define.hookspec import hooks
+from opclass import lifecycle
 from opclass.builtin_hooks.builtin import register_builtin_hooks
+from opclass.callpath import dynamo
+from opclass.core import native
+from opclass.core.shield import shield
+from opclass.define.hookspec import hooks
 from opclass.install import record as records
 from opclass.install.record import OpRecord
-from opclass.install.replace import replace
 
 if TYPE_CHECKING:
     from typing_extensions import Never
@@ -71,12 +70,10 @@ class OpMeta(_MetaBase):
 
     Example:
         >>> import torch, opclass
-        >>> class DocsMetaSquare(opclass.CustomOp, name="docs_meta::square"):
-        ...     @staticmethod
-        ...     def default(x: torch.Tensor) -> torch.Tensor:
-        ...         return x * x
-        >>> DocsMetaSquare(torch.tensor([3.0]))
-        tensor([9.])
+        >>> class DocsMetaSquare(opclass.CustomOp, name="docs_meta::square", schema="(Tensor x) -> Tensor"):
+        ...     default = staticmethod(lambda x: x * x)
+        >>> DocsMetaSquare(torch.tensor([3.0])), type(DocsMetaSquare) is opclass.OpMeta
+        (tensor([9.]), True)
         >>> opclass.remove(DocsMetaSquare)
     """
 
@@ -227,20 +224,7 @@ class CustomOp(metaclass=OpMeta):
         # that takes class keywords goes before CustomOp in the bases and consumes its own.
         # Typed Never so that type checkers flag them too.
         given = {"name": name, "namespace": namespace, "mutates_args": mutates_args, "schema": schema, "tags": tags, "existing": existing}
-        _define(cls, given, unknown)
-
-
-def _define(cls: type, given: dict[str, Any], unknown: dict[str, Any]) -> None:
-    """A class statement, top to bottom: collect -> validate -> spec -> install -> class call."""
-    builder = OpBuilder(cls, given, unknown)
-    with memo.one_definition():
-        cls._opclass_keywords = builder.collect()  # type: ignore[attr-defined]  # define: hooks and keywords in force
-        spec = builder.validate()  # define: every check passed, the frozen spec (None: an abstract base)
-        if spec is None:
-            classcall.make_abstract(cls)  # class call: calling it says it is no op
-            return
-        replace(spec, cls, classcall)  # install: registered, live, the class armed (or all as it was)
-    classcall.describe(cls, spec)  # class call: signature and docstring
+        lifecycle.define(cls, given, unknown)
 
 
 def _stubs() -> None:

@@ -10,7 +10,6 @@ Example:
 from __future__ import annotations
 
 from opclass._op import CustomOp, OpMeta
-from opclass.callpath.classcall import remove, remove_namespace
 from opclass.core.names import DEVICE_TYPES
 from opclass.core.native import guard_backend, guard_info
 from opclass.decompose import decompositions
@@ -19,3 +18,4 @@ from opclass.define.hookspec import Hook, HookContext, hooks, register_hook, unr
 from opclass.errors import OpDefinitionError
 from opclass.builtin_hooks.kernels import device_hook
 from opclass.install.record import OpRecord
+from opclass.lifecycle import remove, remove_namespace

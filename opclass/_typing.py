@@ -5,8 +5,9 @@ of protocols, one per kernel hook in :data:`opclass.core.names.HOOK_KINDS` order
 one static method. pyright binds the class to the first member it matches, so a ParamSpec
 captures that kernel's parameters and return type. A class with no kernel matches only the last
 member, ``CustomOp``'s typing-only ``_abstract_op_base_has_no_kernel``, whose call is an error.
-``abstract`` comes just before it: an op extended with ``existing=True`` often defines only the
-fake kernel, and pyright cannot see the keyword (mypy's plugin can). One union rather than
+The kernel hooks that make no op (``abstract``, ``reference``) are members too: an op extended
+with ``existing=True`` often defines only the fake kernel, and pyright cannot see the keyword
+(mypy's plugin can). One union rather than
 overloads, so pyright names the missing or mistyped argument, as mypy does. Never imported at
 runtime.
 """

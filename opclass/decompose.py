@@ -9,12 +9,9 @@ else into its ``default`` kernel, which must then be torch ops.
 
 Example:
     >>> import torch, opclass
-    >>> class DocsDecomposeSquare(opclass.CustomOp, name="docs_decompose::square"):
-    ...     @staticmethod
-    ...     def default(x: torch.Tensor) -> torch.Tensor:
-    ...         return x * x
-    >>> table = opclass.decompositions(DocsDecomposeSquare)
-    >>> list(table) == [DocsDecomposeSquare.op]
+    >>> class DocsDecomposeSquare(opclass.CustomOp, name="docs_decompose::square", schema="(Tensor x) -> Tensor"):
+    ...     default = staticmethod(lambda x: x * x)
+    >>> list(opclass.decompositions(DocsDecomposeSquare)) == [DocsDecomposeSquare.op]
     True
     >>> opclass.remove(DocsDecomposeSquare)
 """
@@ -24,7 +21,7 @@ from __future__ import annotations
 from typing import Any, Callable, MutableMapping
 
 from opclass.errors import first_line
-from opclass.install.core import needs_real_data
+from opclass.install.fake import needs_real_data
 from opclass.install.record import OpRecord, live_records
 
 __all__ = ["decompositions"]
@@ -85,8 +82,8 @@ def _decomposition(record: OpRecord) -> Callable[..., Any]:
             "or make a functional op that returns new Tensors"
         )
     default = record.kernels.get(None)
-    if record.reference is not None:
-        fn, hook = record.reference, "reference"
+    if record.hooks.get("reference") is not None:
+        fn, hook = record.hooks["reference"], "reference"
     elif default is not None and default.hook == "default":
         fn, hook = default.user, "default"
     else:

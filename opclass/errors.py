@@ -80,6 +80,13 @@ def formatdef(cls_name: str, hook: str, fn: Any) -> str:
     return f"{cls_name}.{hook}{format_signature(fn)}"
 
 
+def definition_error(cls_name: str, hook: str | None, value: Any, problem: str, fix: str = "") -> OpDefinitionError:
+    """The error for ``cls_name.hook`` (the class itself for no hook), quoting ``value``'s
+    signature where it is a function."""
+    where = formatdef(cls_name, hook, value) if hook and callable(value) else f"{cls_name}.{hook}" if hook else f"class {cls_name}"
+    return OpDefinitionError(cls_name, hook, where, problem, fix)
+
+
 def did_you_mean(name: str, candidates: Iterable[str], aliases: dict[str, str] | None = None) -> str | None:
     """The candidate ``name`` most likely misspells, if any (case slips, aliases, near misses)."""
     candidates = list(candidates)

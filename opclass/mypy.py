@@ -189,9 +189,11 @@ def _abstract_call(ctx: FunctionSigContext) -> FunctionLike:
 
 def _schema_signature(api: SemanticAnalyzerPluginInterface, text: str) -> CallableType | None:
     from opclass.define import schema as _schema  # imports torch; only classes with schema= and no annotations need it
+    from opclass.define.arguments import Arguments
 
     try:
-        sig = _schema.python_signature(_schema.parse("opclass_mypy::op", text))
+        parsed = _schema.parse("opclass_mypy::op", text)
+        sig = _schema.python_signature(Arguments.of(parsed), parsed)
     except Exception:
         return None  # the runtime reports the bad schema; the call stays unchecked
     kinds: list[ArgKind] = []

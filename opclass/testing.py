@@ -22,7 +22,7 @@ from torch.utils._pytree import tree_flatten, tree_leaves, tree_map_only, tree_u
 
 from opclass._harness import call_paths, diff, observe
 from opclass.builtin_hooks import debug
-from opclass.install.core import has_fake_kernel
+from opclass.install.fake import has_fake_kernel
 from opclass.install.record import OpRecord
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ def _to_sample(value: Any, record: OpRecord, index: int) -> Sample:
 def _samples(op_cls: Any, samples: Iterable[Sample | tuple[Any, ...]] | None, instead: str = "pass samples=[...]") -> list[Sample]:
     record = _record_of(op_cls)
     if samples is None:
-        hook = record.samples
+        hook = record.hooks.get("samples")
         if hook is None:
             raise ValueError(
                 f"{record.qualname} has no samples: define a samples() static method on {record.cls_name} "
@@ -196,12 +196,12 @@ def _differentiable(t: Tensor) -> bool:
 
 
 def _run_gradcheck(op_cls: Any, record: OpRecord, sample: Sample) -> None:
-    if record.backward is None:
+    if not record.differentiable:
         return
     args, kwargs = _copy_inputs(sample)
     # Keyword-only Tensors get gradients only when backward returns them (optional): they are
     # differentiated when the sample marks them requires_grad, never by default.
-    keyword_only = {a.name for a in record.schema.arguments if a.kwarg_only}
+    keyword_only = {a.name for a in record.arguments.keyword_only}
     parts = (args, {k: v for k, v in kwargs.items() if k not in keyword_only}, {k: v for k, v in kwargs.items() if k in keyword_only})
     flat, spec = tree_flatten(parts)
     n_positional = len(tree_leaves(parts[:2]))  # leaves of args and positional-or-keyword kwargs
@@ -232,7 +232,7 @@ def _run_gradcheck(op_cls: Any, record: OpRecord, sample: Sample) -> None:
 
 def _run_reference_check(op_cls: Any, record: OpRecord, sample: Sample) -> None:
     """The ``reference`` (what a deployed program decomposes into) computes what the op does."""
-    if record.reference is None or record.mutated:
+    if record.hooks.get("reference") is None or record.mutated:
         return
     args, kwargs = _copy_inputs(sample)
     try:
@@ -246,7 +246,7 @@ def _run_reference_check(op_cls: Any, record: OpRecord, sample: Sample) -> None:
     against = kernel.where if kernel is not None else record.qualname
     try:
         with torch.no_grad():
-            got = record.reference(*args, **kwargs)
+            got = record.hooks["reference"](*args, **kwargs)
         torch.testing.assert_close(got, expected)
     except Exception as e:
         raise _CheckFailed("reference check", f"{record.where('reference')} disagrees with {against}: {type(e).__name__}: {e}") from e
@@ -262,18 +262,7 @@ def _run_fast_path(op_cls: Any, sample: Sample) -> None:
             raise _CheckFailed("fast path vs dispatcher", f"{label} and {reference} (the dispatcher) differ at {d} [{plan}]")
 
 
-def _check(
-    op_cls: Any,
-    record: OpRecord,
-    sample: Sample,
-    index: int | None,
-    *,
-    opcheck: bool,
-    gradcheck: bool,
-    reference: bool,
-    fast_path: bool,
-    test_utils: Sequence[str] | None,
-) -> None:
+def _check(op_cls: Any, record: OpRecord, sample: Sample, index: int | None, *, opcheck: bool, gradcheck: bool, reference: bool, fast_path: bool, test_utils: Sequence[str] | None) -> None:
     try:
         _run_mutation_check(op_cls, record, sample)
         if opcheck:
@@ -291,16 +280,7 @@ def _check(
 # --------------------------------------------------------------------------- public API
 
 
-def check_sample(
-    op_cls: Any,
-    sample: Sample | tuple[Any, ...],
-    *,
-    opcheck: bool = True,
-    gradcheck: bool = True,
-    reference: bool = True,
-    fast_path: bool = True,
-    test_utils: Sequence[str] | None = None,
-) -> None:
+def check_sample(op_cls: Any, sample: Sample | tuple[Any, ...], *, opcheck: bool = True, gradcheck: bool = True, reference: bool = True, fast_path: bool = True, test_utils: Sequence[str] | None = None) -> None:
     """Run the checks of :func:`check_op` on one sample (the body of a parametrized test).
 
     Args:
@@ -325,16 +305,7 @@ def check_sample(
     _check(op_cls, record, sample, None, opcheck=opcheck, gradcheck=gradcheck, reference=reference, fast_path=fast_path, test_utils=test_utils)
 
 
-def check_op(
-    op_cls: Any,
-    samples: Iterable[Sample | tuple[Any, ...]] | None = None,
-    *,
-    opcheck: bool = True,
-    gradcheck: bool = True,
-    reference: bool = True,
-    fast_path: bool = True,
-    test_utils: Sequence[str] | None = None,
-) -> None:
+def check_op(op_cls: Any, samples: Iterable[Sample | tuple[Any, ...]] | None = None, *, opcheck: bool = True, gradcheck: bool = True, reference: bool = True, fast_path: bool = True, test_utils: Sequence[str] | None = None) -> None:
     """Check an op on each of its samples: undeclared mutations, opcheck, gradcheck, reference and
     fast path vs dispatcher, each on its own copies of the sample's Tensors. The mutation check runs first:
     one call through the dispatcher, failing when the kernel moved the version counter of a

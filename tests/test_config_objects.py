@@ -16,6 +16,7 @@ import pytest
 import torch
 from torch import Tensor
 
+import opclass
 from opclass import CustomOp, OpDefinitionError
 
 from _versions import needs_plain_opaque_values
@@ -168,3 +169,38 @@ def test_config_class_inside_a_function_is_rejected(ns: str) -> None:
     with pytest.raises(OpDefinitionError) as e:
         _define(ns, Local)
     assert "is defined inside a function" in str(e.value) and "define it at module level" in str(e.value)
+
+
+@dataclasses.dataclass(frozen=True)
+class RefusedCfg:
+    bits: int = 4
+
+
+def test_a_refused_class_leaves_torch_as_it_was(ns: str) -> None:
+    """A config class is registered with torch (and given its ``__fx_repr__``) when the op is
+    installed: a class refused at creation registers nothing."""
+    from opclass.core import compat
+
+    with pytest.raises(OpDefinitionError, match="mutates_args names 'nope'"):
+
+        class Refused(CustomOp, name=f"{ns}::refused", mutates_args=("nope",)):
+            @staticmethod
+            def cpu(x: Tensor, cfg: RefusedCfg) -> Tensor:
+                return x.clone()
+
+    assert not compat.is_config_type(RefusedCfg)
+    assert not torch._C._is_opaque_type_registered(f"{RefusedCfg.__module__}.{RefusedCfg.__qualname__}")
+    assert "__fx_repr__" not in vars(RefusedCfg)
+
+    class Accepted(CustomOp, name=f"{ns}::accepted"):
+        @staticmethod
+        def cpu(x: Tensor, cfg: RefusedCfg) -> Tensor:
+            return x * cfg.bits
+
+    assert compat.is_config_type(RefusedCfg) and "__fx_repr__" in vars(RefusedCfg)
+    torch.testing.assert_close(Accepted(torch.ones(1), RefusedCfg()), torch.tensor([4.0]))
+    # Removed with its op where torch can take a registration back (2.15), else kept, once.
+    opclass.remove(Accepted)
+    from torch._library import opaque_object
+
+    assert compat.is_config_type(RefusedCfg) is not hasattr(opaque_object, "unregister_custom_class")

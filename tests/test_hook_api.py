@@ -210,3 +210,83 @@ def test_uninstall_runs_on_removal_redefinition_and_failed_install(ns: str) -> N
         assert table == {}
     finally:
         opclass.unregister_hook("docs_registry")
+
+
+def test_a_restore_installs_the_hooks_the_class_was_validated_with(ns: str) -> None:
+    """A failed redefinition puts the old op back with the hooks it was validated with, run
+    again, even if one of them has left the registry meanwhile (the registry is not read again)."""
+    installed: list[str] = []
+    opclass.register_hook(Hook("docs_audit", lambda record, value: installed.append(record.qualname), staticmethod=False))
+    try:
+
+        class Audited(CustomOp, name=f"{ns}::audited"):
+            docs_audit = True
+
+            @staticmethod
+            def default(x: Tensor) -> Tensor:
+                return x + 1
+
+    finally:
+        opclass.unregister_hook("docs_audit")
+    assert installed == [f"{ns}::audited"]
+
+    def fail(record: opclass.OpRecord, value: Any) -> None:
+        raise RuntimeError("install failed")
+
+    opclass.register_hook(Hook("docs_fails", fail, staticmethod=False))
+    try:
+        with pytest.raises(RuntimeError, match="install failed"):
+
+            class Audited(CustomOp, name=f"{ns}::audited"):  # type: ignore[no-redef]  # noqa: F811
+                docs_fails = True
+
+                @staticmethod
+                def default(x: Tensor) -> Tensor:
+                    return x + 3
+
+    finally:
+        opclass.unregister_hook("docs_fails")
+    # The restored op ran the installer of docs_audit again, though the registry no longer has it.
+    assert installed == [f"{ns}::audited"] * 2
+    assert "docs_audit" in Audited.record.hooks and Audited.record.live
+    torch.testing.assert_close(Audited(torch.zeros(1)), torch.ones(1))
+
+
+def test_the_registry_is_read_once_per_definition(ns: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Class creation and install read the hook registry once, and use that snapshot throughout."""
+    from opclass.define import hookspec
+
+    reads: list[int] = []
+
+    class CountingLock:
+        def __enter__(self) -> None:
+            reads.append(1)
+
+        def __exit__(self, *exc: Any) -> None:
+            return None
+
+    monkeypatch.setattr(hookspec, "_LOCK", CountingLock())
+
+    class Counted(CustomOp, name=f"{ns}::counted"):
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            return x * 2
+
+        @staticmethod
+        def abstract(x: Tensor) -> Tensor:
+            return torch.empty_like(x)
+
+        @staticmethod
+        def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+            pass
+
+        @staticmethod
+        def backward(ctx: Any, grad: Tensor) -> Tensor:
+            return grad * 2
+
+        @staticmethod
+        def vmap(info: Any, in_dims: Any, x: Tensor) -> Any:
+            return x * 2, in_dims[0]
+
+    assert len(reads) == 1
+    assert Counted.record.registry == tuple(opclass.hooks().values())

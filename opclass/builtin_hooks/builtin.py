@@ -22,17 +22,18 @@ from opclass.core.names import DEVICE_TYPES
 from opclass.define.hookspec import Hook, HookContext, positional_count, register_hook
 from opclass.builtin_hooks import eager, sharding, traceable
 from opclass.builtin_hooks.kernels import abstract_hook, autograd_hook, composite_hook, device_hook
+from opclass.install.functions import Formula
 from opclass.install.record import OpRecord
 
 # Keys holding an autograd kernel of an op's own (a formula would be shadowed or would shadow it).
-_AUTOGRAD_KEYS = ("Autograd", "AutogradCPU", "AutogradCUDA", "AutogradOther", "CompositeImplicitAutograd")
-_AUTOGRAD = ((_AUTOGRAD_KEYS, "an autograd kernel", "drop setup_context and backward: the op's own autograd kernel stays in charge"),)
+_OWN_AUTOGRAD_KEYS = ("Autograd", "AutogradCPU", "AutogradCUDA", "AutogradOther", "CompositeImplicitAutograd")
+_AUTOGRAD = ((_OWN_AUTOGRAD_KEYS, "an autograd kernel", "drop setup_context and backward: the op's own autograd kernel stays in charge"),)
 
 
 def _check_autograd(fn: Any, ctx: HookContext) -> None:
     if tagged_out(ctx.tags):
         ctx.fail("an op tagged torch.Tag.out cannot have an autograd formula", "remove setup_context and backward")
-    mutated = [a.name for a in ctx.schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    mutated = [a.name for a in ctx.arguments.written]
     if mutated:
         ctx.fail(
             f"the op mutates {', '.join(mutated)}, and autograd formulas are only for functional ops",
@@ -44,7 +45,7 @@ def _check_setup_context(fn: Any, ctx: HookContext) -> None:
     _check_autograd(fn, ctx)
     params = memo.signature(fn).parameters
     names = list(params)
-    has_kw_only = any(a.kwarg_only for a in ctx.schema.arguments)
+    has_kw_only = bool(ctx.arguments.keyword_only)
     if has_kw_only and names == ["ctx", "inputs", "output"]:
         ctx.fail(
             "the op has keyword-only arguments, which setup_context would not see",
@@ -56,11 +57,6 @@ def _check_setup_context(fn: Any, ctx: HookContext) -> None:
         expected = ["ctx", "inputs", "output"]
     if names != expected:
         ctx.fail(f"takes ({', '.join(names)})", f"write setup_context({', '.join(expected)})")
-
-
-def _install_setup_context(record: OpRecord, fn: Callable[..., Any]) -> None:
-    record.setup_context = fn
-    record.setup_keywords = "keyword_only_inputs" in memo.signature(fn).parameters
 
 
 def _check_backward(fn: Any, ctx: HookContext) -> None:
@@ -80,21 +76,38 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
-def _install_backward(record: OpRecord, fn: Callable[..., Any]) -> None:
-    record.backward = fn
+def _missing_jvp(record: OpRecord) -> str:
+    return f"define jvp on {record.cls_name}"
+
+
+def _install_formula(record: OpRecord, backward: Callable[..., Any]) -> None:
+    # backward's install hands over the whole formula: setup_context comes with it (requires), jvp may.
+    setup = record.hooks["setup_context"]
+    keywords = "keyword_only_inputs" in memo.signature(setup).parameters
+    record.formula = Formula(backward, setup, keywords, record.hooks.get("jvp"), missing_jvp=_missing_jvp(record), where=record.where("backward"))
+
+
+def _no_formula(record: OpRecord) -> None:
+    # backward's fallback: a backward through the op raises, saying how to give it a formula.
+    if record.formula is not None:
+        return  # a hook gave one in its place (eager_autograd)
+    cls = record.cls_name
+    default = record.kernels.get(None)
+    fix = (
+        f"add eager_autograd = True to class {cls} (autograd then differentiates through {cls}.default, made of torch ops), or define setup_context and backward"
+        if default is not None and default.hook == "default"
+        else f"define {cls}.setup_context and {cls}.backward"
+    )
+    record.formula = Formula(missing=fix, missing_jvp=_missing_jvp(record))
 
 
 def _check_jvp(fn: Any, ctx: HookContext) -> None:
     _check_autograd(fn, ctx)
     n = positional_count(fn)
-    n_args = sum(not a.kwarg_only for a in ctx.schema.arguments)
-    if n is not None and n != 1 + n_args:
-        args = ", ".join(f"{a.name}_t" for a in ctx.schema.arguments if not a.kwarg_only)
-        ctx.fail(f"takes {n} positional parameters, but the op has {n_args} positional input(s)", f"write jvp(ctx, {args}) returning the output tangent(s)")
-
-
-def _install_jvp(record: OpRecord, fn: Callable[..., Any]) -> None:
-    record.jvp = fn
+    positional = ctx.arguments.positional
+    if n is not None and n != 1 + len(positional):
+        args = ", ".join(f"{a.name}_t" for a in positional)
+        ctx.fail(f"takes {n} positional parameters, but the op has {len(positional)} positional input(s)", f"write jvp(ctx, {args}) returning the output tangent(s)")
 
 
 # --------------------------------------------------------------------------- vmap, autocast, torch_dispatch
@@ -102,9 +115,9 @@ def _install_jvp(record: OpRecord, fn: Callable[..., Any]) -> None:
 
 def _check_vmap(fn: Any, ctx: HookContext) -> None:
     n = positional_count(fn)
-    n_args = sum(not a.kwarg_only for a in ctx.schema.arguments)
-    if n is not None and n != 2 + n_args:
-        args = ", ".join(a.name for a in ctx.schema.arguments if not a.kwarg_only)
+    positional = ctx.arguments.positional
+    if n is not None and n != 2 + len(positional):
+        args = ", ".join(a.name for a in positional)
         ctx.fail(f"takes {n} positional parameters", f"write vmap(info, in_dims, {args}) returning (output, out_dims)")
 
 
@@ -187,14 +200,10 @@ def _check_samples(fn: Any, ctx: HookContext) -> None:
         )
 
 
-def _install_reference(record: OpRecord, fn: Callable[..., Any]) -> None:
-    # Metadata for opclass.decompositions: nothing runs it until a program is decomposed.
-    record.reference = fn
-
-
-def _install_samples(record: OpRecord, fn: Callable[..., Any]) -> None:
-    # Metadata for opclass.testing: no dispatcher registration, nothing the fast path reads.
-    record.samples = fn
+def _metadata(record: OpRecord, value: Any) -> None:
+    # reference and samples: read from record.hooks by opclass.decompositions and opclass.testing;
+    # no dispatcher registration, nothing the fast path reads.
+    pass
 
 
 def _autocast_keys(value: Any) -> list[tuple[tuple[str, ...], str, str]]:
@@ -216,18 +225,18 @@ def register_builtin_hooks() -> None:
     register_hook(abstract_hook())
     register_hook(composite_hook())
     register_hook(autograd_hook())
-    for name, install, check, requires, doc, aliases in (
-        ("setup_context", _install_setup_context, _check_setup_context, ("backward",), "save what backward needs: (ctx, inputs, output)", ("setup_ctx", "save_for_backward")),
-        ("backward", _install_backward, _check_backward, ("setup_context",), "gradients of the inputs: (ctx, *grads)", ("backwards", "bwd")),
-        ("jvp", _install_jvp, _check_jvp, ("setup_context",), "forward-mode AD: (ctx, *input_tangents) -> output tangent(s)", ()),
+    for name, install, check, requires, doc, aliases, fallback in (
+        ("setup_context", _metadata, _check_setup_context, ("backward",), "save what backward needs: (ctx, inputs, output)", ("setup_ctx", "save_for_backward"), None),
+        ("backward", _install_formula, _check_backward, ("setup_context",), "gradients of the inputs: (ctx, *grads)", ("backwards", "bwd"), _no_formula),
+        ("jvp", _metadata, _check_jvp, ("setup_context",), "forward-mode AD: (ctx, *input_tangents) -> output tangent(s)", (), None),
     ):
-        register_hook(Hook(name, install, check=check, requires=requires, doc=doc, occupies=lambda value: _AUTOGRAD, aliases=aliases))
+        register_hook(Hook(name, install, check=check, requires=requires, doc=doc, occupies=lambda value: _AUTOGRAD, aliases=aliases, fallback=fallback))
     register_hook(eager.eager_autograd_hook())
     batching = ((("FuncTorchBatched",), "a batching rule", "drop vmap: the op's own rule stays in charge"),)
     register_hook(Hook("vmap", _install_vmap, check=_check_vmap, doc="batching rule (info, in_dims, *args) -> (output, out_dims)", occupies=lambda value: batching, aliases=("batch_rule",), arguments_from=2))
     register_hook(Hook("autocast", _install_autocast, check=_check_autocast, staticmethod=False, doc="dict device type -> dtype: cast floating inputs under autocast", occupies=_autocast_keys))
     register_hook(Hook("torch_dispatch", install_torch_dispatch, check=_check_torch_dispatch, staticmethod=False, doc="dict Tensor subclass / TorchDispatchMode -> rule"))
     register_hook(sharding.sharding_hook())
-    register_hook(Hook("reference", _install_reference, kernel=True, doc="the op in torch ops, for opclass.decompositions(): what deployment decomposes it into", aliases=("decompose", "ref")))
-    register_hook(Hook("samples", _install_samples, check=_check_samples, doc="representative inputs for opclass.testing: () -> Sample or args tuples"))
+    register_hook(Hook("reference", _metadata, kernel=True, doc="the op in torch ops, for opclass.decompositions(): what deployment decomposes it into", aliases=("decompose", "ref")))
+    register_hook(Hook("samples", _metadata, check=_check_samples, doc="representative inputs for opclass.testing: () -> Sample or args tuples"))
     register_hook(traceable.traceable_hook())  # after the kernel hooks: it replaces their kernels

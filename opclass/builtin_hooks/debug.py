@@ -28,7 +28,7 @@ from torch.utils._pytree import tree_leaves, tree_map_only
 
 from opclass.core.types import tensors_in
 from opclass.errors import first_line
-from opclass.install.core import has_fake_kernel, says_no_fake_kernel
+from opclass.install.fake import has_fake_kernel, says_no_fake_kernel
 
 if TYPE_CHECKING:
     from opclass.define.spec import OpSpec
@@ -52,15 +52,6 @@ class Watched(NamedTuple):
     values: torch.Tensor | None  # a copy, for a Tensor with values (not fake, meta or sparse)
 
 
-def _tensors(spec: OpSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, bool, torch.Tensor]]:
-    """``(argument name, declared mutated, Tensor)`` for every Tensor argument (list elements too)."""
-    found = []
-    for i, a in enumerate(spec.schema.arguments):
-        value = kwargs.get(a.name) if a.kwarg_only else args[i] if i < len(args) else kwargs.get(a.name)
-        found += [(a.name, a.name in spec.mutated_names, t) for t in tensors_in((value,))]
-    return found
-
-
 def _storage(t: torch.Tensor) -> int:
     try:
         return int(t.untyped_storage()._cdata)
@@ -78,7 +69,8 @@ def watched(spec: OpSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list
 
     Left out: inference Tensors (no version counter) and Tensors sharing storage with a declared
     one (a view shares its base's counter, which a declared write moves)."""
-    tensors = _tensors(spec, args, kwargs)
+    values = spec.arguments.values(args, kwargs)
+    tensors = [(a.name, a.written, t) for a in spec.arguments for t in tensors_in((values[a.index],))]
     written = {_storage(t) for _, declared, t in tensors if declared}
     return [
         Watched(n, t, t._version, t.detach().clone() if _real(t) else None)
@@ -116,22 +108,21 @@ def undeclared_write(where: str, spec: OpSpec, before: list[Watched]) -> str | N
 # --------------------------------------------------------------------------- the fake kernel
 
 
-def _describe(value: Any) -> str:
+def _meta(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return f"Tensor(shape={tuple(value.shape)}, dtype={value.dtype}, device={value.device}, stride={value.stride()})"
     return repr(value)
 
 
 def _arguments(spec: OpSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    names = [a.name for a in spec.schema.arguments]
-    given = [*zip(names, args), *kwargs.items()]
-    return ", ".join(f"{n}={_describe(v) if not isinstance(v, (list, tuple)) else '[' + ', '.join(map(_describe, v)) + ']'}" for n, v in given)
+    given = [*zip(spec.arguments.names, args), *kwargs.items()]
+    return ", ".join(f"{n}={_meta(v) if not isinstance(v, (list, tuple)) else '[' + ', '.join(map(_meta, v)) + ']'}" for n, v in given)
 
 
 def _disagreement(real: Any, fake: Any) -> str | None:
     """How the fake output ``fake`` differs from the real ``real``, or ``None``."""
     if isinstance(real, torch.Tensor) != isinstance(fake, torch.Tensor):
-        return f"the fake kernel gave {_describe(fake)} where the kernel returned {_describe(real)}"
+        return f"the fake kernel gave {_meta(fake)} where the kernel returned {_meta(real)}"
     if not isinstance(real, torch.Tensor):
         return None
     for what in ("dtype", "device"):

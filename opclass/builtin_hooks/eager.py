@@ -17,15 +17,15 @@ import torch.autograd.forward_ad as _forward_ad
 from torch import _C
 
 from opclass.core.compat import tagged_inplace, tagged_out
-from opclass.core.types import tensors_in
+from opclass.core.types import returns_of
 from opclass.define.hookspec import Hook, HookContext
-from opclass.install.core import plain_keysets
-from opclass.install.functions import AFTER_AUTOGRAD, Call, functions, top_level_differentiates
+from opclass.install.functions import AFTER_AUTOGRAD, Call, Formula, functions, top_level_differentiates
 from opclass.install.outputs import output_is_fresh
+from opclass.install.own_kernels import plain_keysets
 from opclass.install.record import Kernel, OpRecord
 
 # What the dispatcher excludes below its Autograd kernels; the recompute must undo it.
-_AUTOGRAD_KEYS = (
+_AUTOGRAD_EXCLUSIONS = (
     _C.DispatchKeySet(_C.DispatchKey.AutogradFunctionality)
     .add(_C.DispatchKey.AutogradOther)
     .add(_C.DispatchKey.AutogradNestedTensor)
@@ -67,16 +67,16 @@ def _check(value: Any, ctx: HookContext) -> None:
         )
     if tagged_out(ctx.tags) or tagged_inplace(ctx.tags):
         ctx.fail("is for functional ops, and this op is tagged inplace/out", "drop the tag, or write setup_context and backward")
-    mutated = [a.name for a in ctx.schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    mutated = [a.name for a in ctx.arguments.written]
     if mutated:
         ctx.fail(f"is for functional ops, and this op mutates {', '.join(mutated)}", "return new Tensors instead of writing to inputs")
-    returns = [str(r.real_type) for r in ctx.schema.returns]
+    returns = list(returns_of(ctx.schema))
     if not returns or any(r != "Tensor" for r in returns):
         ctx.fail(
             f"needs an op that returns Tensors, and this one returns ({', '.join(returns)})",
             "return a Tensor or a tuple of Tensors",
         )
-    if any(a.name in (_GRADS, _NEEDS) for a in ctx.schema.arguments):
+    if any(a.name in (_GRADS, _NEEDS) for a in ctx.arguments):
         ctx.fail(f"cannot be used with a parameter named {_GRADS} or {_NEEDS}", "rename the parameter")
 
 
@@ -84,14 +84,14 @@ def _install(record: OpRecord, value: bool) -> None:
     if not value:
         return
     record.differentiates_kernel = check_differentiable
-    record.autograd_kernel = make_autograd_kernel
+    record.autograd_kernel = eager_autograd_kernel
     record.functorch_entry = direct_entry(record)
     lib = record.lib
     assert lib is not None
     text = record.schema_str
     params = text[1 : text.rindex(") ->")].strip()
     extra = f"Tensor[] {_GRADS}, bool[] {_NEEDS}"
-    star = "" if any(a.kwarg_only for a in record.schema.arguments) else "*, "
+    star = "" if record.arguments.keyword_only else "*, "
     name = backward_name(record)
     lib.define(f"{name}({params + ', ' if params else ''}{star}{extra}) -> Tensor[]", tags=(torch.Tag.pt2_compliant_tag,))
     lib.impl(name, _recompute_kernel(record), "CompositeExplicitAutograd")
@@ -99,19 +99,13 @@ def _install(record: OpRecord, value: bool) -> None:
     packet = getattr(getattr(torch.ops, record.namespace), name.partition(".")[0])
     backward_op = getattr(packet, record.overload or "default")
     # The formula the op's autograd.Function runs where the op must stay opaque.
-    record.setup_context, record.setup_keywords = _save_inputs(record), True
-    record.backward = _call_backward_op(record, backward_op)
-
-
-def _tensors(record: OpRecord, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[torch.Tensor]:
-    """Every Tensor argument (list elements included), in schema order."""
-    return tensors_in(kwargs.get(a.name) if a.kwarg_only else args[i] if i < len(args) else None for i, a in enumerate(record.schema.arguments))
+    record.formula = Formula(_call_backward_op(record, backward_op), _save_inputs(record), True, where=record.where("eager_autograd"))
 
 
 def _save_inputs(record: OpRecord) -> Callable[..., None]:
     def setup_context(ctx: Any, inputs: tuple[Any, ...], keyword_only_inputs: dict[str, Any], output: Any) -> None:
         ctx.opclass_inputs = (inputs, keyword_only_inputs)
-        ctx.opclass_needs = [t.requires_grad for t in _tensors(record, inputs, keyword_only_inputs)]
+        ctx.opclass_needs = [t.requires_grad for t in record.arguments.tensors(inputs, keyword_only_inputs)]
 
     return setup_context
 
@@ -131,14 +125,14 @@ def _call_backward_op(record: OpRecord, backward_op: Any) -> Callable[..., Any]:
             return None
 
         positional = [take(v) for v in inputs]
-        return (*positional, *(take(kw[a.name]) for a in record.schema.arguments if a.kwarg_only and a.name in kw))
+        return (*positional, *(take(kw[a.name]) for a in record.arguments.keyword_only if a.name in kw))
 
     return backward
 
 
 def _kernel_for(record: OpRecord, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Kernel | None:
     """The kernel for the inputs' device (``None``: no Tensor, or no kernel for that device)."""
-    first = next(_tensors(record, args, kwargs), None)
+    first = next(record.arguments.tensors(args, kwargs), None)
     return record.kernel_for(first.device.type) if first is not None else None
 
 
@@ -166,9 +160,9 @@ def _recompute_kernel(record: OpRecord) -> Callable[..., Any]:
             return v
 
         args = tuple(leaf(v) for v in args)
-        kwargs = {a.name: leaf(kwargs[a.name]) for a in record.schema.arguments if a.name in kwargs}
+        kwargs = {a.name: leaf(kwargs[a.name]) for a in record.arguments if a.name in kwargs}
         # The dispatcher runs this kernel below autograd; the recompute needs autograd back on.
-        excluded = _C.DispatchKeySet.from_raw_repr(_C._dispatch_tls_local_exclude_set().raw_repr() & ~_AUTOGRAD_KEYS)
+        excluded = _C.DispatchKeySet.from_raw_repr(_C._dispatch_tls_local_exclude_set().raw_repr() & ~_AUTOGRAD_EXCLUSIONS)
         with _C._ForceDispatchKeyGuard(_C._dispatch_tls_local_include_set(), excluded), torch.enable_grad():
             out = kernel(*args, **kwargs)
             outs = out if isinstance(out, (tuple, list)) else (out,)
@@ -185,7 +179,7 @@ def _fake_backward(record: OpRecord) -> Callable[..., Any]:
     def fake(*args: Any, **kwargs: Any) -> list[torch.Tensor]:
         kwargs.pop(_GRADS)
         needs = kwargs.pop(_NEEDS)
-        return [torch.empty_like(t) for t, n in zip(_tensors(record, args, kwargs), needs) if n]
+        return [torch.empty_like(t) for t, n in zip(record.arguments.tensors(args, kwargs), needs) if n]
 
     return fake
 
@@ -216,7 +210,7 @@ def direct_entry(record: OpRecord) -> Callable[..., Any]:
     return eager_entry
 
 
-def make_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
+def eager_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
     """The Autograd kernel of an eager-autograd op.
 
     Grad needed, no TorchDispatchMode: run the kernel with autograd on. Grad needed under a mode

@@ -16,11 +16,12 @@ from torch import _C
 
 from opclass.core.compat import MUTATION_TAGS, OUT_TAG
 from opclass.core.shield import shield
-from opclass.define.hookspec import Hook, HookContext, hooks
-from opclass.errors import formatdef
+from opclass.core.tracing import raise_in_trace
+from opclass.define.hookspec import Hook, HookContext
+from opclass.errors import first_line, formatdef
 from opclass.builtin_hooks import debug
-from opclass.install.core import register_fake
 from opclass.install.existing import fake_keys
+from opclass.install.fake import needs_real_data, no_fake, register_fake
 from opclass.install.record import Kernel, OpRecord
 
 __all__ = ["device_hook", "abstract_hook", "composite_hook", "autograd_hook", "install_kernel"]
@@ -86,12 +87,58 @@ def _check_abstract(fn: Any, ctx: HookContext) -> None:
         warnings.warn(message, UserWarning, stacklevel=2)
 
 
+def default_fake(record: OpRecord) -> None:
+    """The fake kernel of an op whose class gives none (``abstract``'s fallback): generated where
+    torch generates one (in-place, out=, no outputs), else ``default`` run on the fake tensors,
+    else an error that says to define ``abstract``.
+
+    A ``default`` kernel made of torch ops computes its outputs' metadata just as well on
+    FakeTensors (as a ``CompositeExplicitAutograd`` kernel serves Meta); one that cannot (NumPy,
+    reading values, data-dependent shapes) gets the error an op without a fake kernel gets."""
+    if record.fake is not None or record.decomposes or record.had_fake:
+        return
+    message = (
+        f"{record.qualname} has no fake kernel, which torch.compile, torch.export and FakeTensor need: "
+        f"define {record.cls_name}.abstract (same arguments; build outputs with torch.empty_like etc.)"
+    )
+    default = record.kernels.get(None)
+    outs = record.outputs.outs
+    fake: Callable[..., Any]
+    runs: str | None = None  # the hook whose kernel runs as the fake one
+    if record.is_inplace:
+        fake = lambda *args, **kwargs: args[0]  # noqa: E731
+    elif record.is_out:
+        fake = lambda *args, **kwargs: kwargs[outs[0]] if len(outs) == 1 else tuple(kwargs[n] for n in outs)  # noqa: E731
+    elif not record.schema.returns:
+        fake = lambda *args, **kwargs: None  # noqa: E731
+    elif default is not None:
+        kernel, cls_name, runs = default.checked, record.cls_name, default.where
+
+        def fake(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return kernel(*args, **kwargs)
+            except Exception as e:
+                if not needs_real_data(e):
+                    raise  # the kernel's own error (a bad argument...), as in eager mode
+                raise_in_trace(no_fake(f"{message}. {cls_name}.default cannot run on fake tensors: {first_line(e)}"), e)
+
+    else:
+
+        def fake(*args: Any, **kwargs: Any) -> Any:
+            raise_in_trace(no_fake(message))
+
+        no_fake(message, fake)
+    register_fake(record, fake)
+    record.fake_where = runs
+
+
 def abstract_hook() -> Hook:
-    """The ``abstract`` hook: the op's fake kernel, for FakeTensor (torch.compile, torch.export)."""
+    """The ``abstract`` hook: the op's fake kernel, for FakeTensor (torch.compile, torch.export);
+    without it, :func:`default_fake`."""
     occupies = ((fake_keys(), "a fake kernel", "drop abstract: the op's own fake kernel stays in charge"),)
     return Hook(
         "abstract", lambda record, fn: register_fake(record, fn, record.where("abstract")), check=_check_abstract, kernel=True, occupies=lambda value: occupies,
-        aliases=("fake", "meta", "fake_impl", "register_fake", "abstract_impl"),
+        aliases=("fake", "meta", "fake_impl", "register_fake", "abstract_impl"), fallback=default_fake,
         doc="fake (meta) kernel for torch.compile/export; torch.library.get_ctx() works inside",
     )
 
@@ -103,7 +150,7 @@ def _check_body(fn: Any, ctx: HookContext) -> None:
     # The body runs at the Autograd keys, before any backend, autograd or fake kernel could.
     shadowed = {"Meta", *fake_keys()}
     for hook, value in ctx.defined.items():
-        other = hooks()[hook]
+        other = ctx.hooks[hook]
         if hook == ctx.hook or other.occupies is None:
             continue
         keys = {k for keys, _, _ in other.occupies(value) for k in keys}

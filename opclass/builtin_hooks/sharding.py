@@ -33,6 +33,8 @@ import torch
 
 from opclass.core import after_import, memo
 from opclass.core.compat import dtensor_refused_out, tagged_inplace, tagged_out
+from opclass.core.types import holds_tensor, returns_of
+from opclass.define.arguments import Argument
 from opclass.define.hookspec import Hook, HookContext, positional_count
 from opclass.install.record import OpRecord
 
@@ -56,10 +58,9 @@ _REGISTERED: dict[OpRecord, tuple[torch._ops.OpOverload, Callable[..., Any]]] = 
 
 
 def _check_sharding(fn: Any, ctx: HookContext) -> None:
-    args = ctx.schema.arguments
-    positional = [a.name for a in args if not a.kwarg_only]
-    keyword = [a.name for a in args if a.kwarg_only]
-    params = ", ".join(positional + (["*", *keyword] if keyword else []))
+    positional = [a.name for a in ctx.arguments.positional]
+    keyword = [a.name for a in ctx.arguments.keyword_only]
+    params = ctx.arguments.parameters(defaults=False)[1:-1]
     fix = f"write sharding({params}) returning [(output placements, input placements), ...]"
     n = positional_count(fn)
     if n is not None and n != len(positional):
@@ -73,7 +74,7 @@ def _check_sharding(fn: Any, ctx: HookContext) -> None:
             missing = [k for k in keyword if k not in sig or sig[k].kind is not inspect.Parameter.KEYWORD_ONLY]
             if missing:
                 ctx.fail(f"does not take the op's keyword-only argument(s) {', '.join(missing)} as keyword-only parameters", fix)
-    returns_tensor = any("Tensor" in str(r.type) for r in ctx.schema.returns)
+    returns_tensor = any(holds_tensor(r) for r in returns_of(ctx.schema))
     generated_fake = tagged_inplace(ctx.tags) or tagged_out(ctx.tags)
     if returns_tensor and not generated_fake and "abstract" not in ctx.defined:
         ctx.fail(
@@ -85,31 +86,20 @@ def _check_sharding(fn: Any, ctx: HookContext) -> None:
 # --------------------------------------------------------------------------- what DTensor calls
 
 
-def _describe(record: OpRecord) -> str:
-    return f"{record.qualname} ({record.cls_name}.sharding)"
-
-
 def _wrap_user_fn(record: OpRecord, fn: Callable[..., Any]) -> Callable[..., Any]:
     """The function given to register_sharding: every argument in, checked placement lists out."""
     from torch.distributed.tensor.placement_types import Placement
 
-    arguments = list(record.schema.arguments)
-    positional = [a for a in arguments if not a.kwarg_only]
-    keyword = [a for a in arguments if a.kwarg_only]
+    table = record.arguments
+    positional, keyword = table.positional, table.keyword_only
     n_outputs = len(record.schema.returns)
-    names = ", ".join(a.name for a in arguments)
-    where = _describe(record)
+    names = ", ".join(table.names)
+    where = record.where("sharding")
 
-    params = record.signature.parameters
+    def default(a: Argument) -> Any:
+        return a.default if a.has_default else None  # as the kernels get it
 
-    def default(arg: torch._C.Argument) -> Any:
-        # The Python default, as the kernels get it (the schema has e.g. 7 for torch.float64).
-        param = params.get(arg.name)
-        if param is not None and param.default is not param.empty:
-            return param.default
-        return arg.default_value if arg.has_default_value() else None
-
-    tensor_lists = {a.name for a in arguments if str(a.type).removeprefix("Optional[").startswith(("List[Tensor", "List[Optional[Tensor"))}
+    tensor_lists = {a.name for a in table if a.is_list and a.holds_tensor}
 
     def width(name: str, value: Any) -> int:
         # A list of Tensors arrives as a tuple of specs and takes one placement per element.
@@ -147,7 +137,7 @@ def _wrap_user_fn(record: OpRecord, fn: Callable[..., Any]) -> Callable[..., Any
 
 
 def _keyword_tensors(record: OpRecord) -> list[str]:
-    return [a.name for a in record.schema.arguments if a.kwarg_only and "Tensor" in str(a.type)]
+    return [a.name for a in record.arguments.keyword_only if a.holds_tensor]
 
 
 def _pinned(record: OpRecord) -> frozenset[str]:
@@ -161,11 +151,11 @@ def _keep_placements(record: OpRecord, registered: Callable[[OpSchema], Strategy
     from torch.utils._pytree import tree_leaves
 
     pinned = _pinned(record)
-    positional = [a.name for a in record.schema.arguments if not a.kwarg_only]
+    positional = [a.name for a in record.arguments.positional]
     inplace = record.is_inplace
     qualname = record.qualname
     # out= arguments as DTensor sees them (keyword-only, written to): torch 2.14+ pins them itself.
-    outs = {a.name for a in record.schema.arguments if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write}
+    outs = {a.name for a in record.arguments.written if a.keyword_only}
 
     def strategy(op_schema: OpSchema) -> StrategyType:
         # DTensor inputs in the order the strategies list them: positional, then keyword.
@@ -266,7 +256,7 @@ def _flush() -> None:
             try:
                 _register(record, fn)
             except Exception as e:  # one bad op must not keep the others out
-                warnings.warn(f"opclass: could not register the sharding strategy of {_describe(record)}: {e}", RuntimeWarning, stacklevel=2)
+                warnings.warn(f"opclass: could not register the sharding strategy of {record.where('sharding')}: {e}", RuntimeWarning, stacklevel=2)
 
 
 def _install_sharding(record: OpRecord, fn: Callable[..., Any]) -> None:

@@ -30,7 +30,7 @@ from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTens
 from opclass.core.shield import shield
 from opclass.define.hookspec import Hook, HookContext
 from opclass.builtin_hooks.kernels import install_kernel
-from opclass.install.core import register_fake
+from opclass.install.fake import register_fake
 from opclass.install.record import Kernel, OpRecord
 
 __all__ = ["traceable_hook"]

@@ -31,9 +31,9 @@ from opclass.callpath.source import c_entry, call_source
 from opclass.core import native
 from opclass.core.shield import shield
 from opclass.define.spec import OpSpec
-from opclass.install.record import LOCK, OpRecord, live_records, lookup, take_live
+from opclass.install.record import LOCK, OpRecord, lookup
 
-__all__ = ["arm", "retire", "make_abstract", "describe", "call_function", "python_guard_call", "remove", "remove_namespace"]
+__all__ = ["arm", "retire", "make_abstract", "document", "call_function", "python_guard_call"]
 
 _COUNTER = itertools.count()
 
@@ -44,7 +44,7 @@ def make_abstract(cls: Any) -> None:
     cls._opclass_call = None
 
 
-def describe(cls: Any, spec: OpSpec) -> None:
+def document(cls: Any, spec: OpSpec) -> None:
     """``inspect.signature(cls)`` and the class's docstring say what the op takes."""
     cls.__signature__ = spec.signature
     doc = (cls.__dict__.get("__doc__") or "").rstrip()
@@ -58,7 +58,6 @@ def arm(record: OpRecord, cls: Any) -> None:
     compiled) when first needed, not at definition: everything that can be wrong with a
     definition was checked before this point, and generating from a valid record does not fail.
     """
-    native.build_in_background(_switch_live_classes)
     cls._opclass_record = record
     cls._opclass_op = record.op
     dynamo.watch(type(cls))  # OpMeta is watched already; a metaclass derived from it is not
@@ -140,7 +139,7 @@ def _compile(name: str, source: str, closure: dict[str, Any], filename_hint: str
 
 def retire(record: OpRecord) -> None:
     """Point a replaced or removed op's class at the live op of its name, so it never runs stale kernels."""
-    cls = record.owner() if record.owner is not None else None
+    cls = record.owner()
     if cls is not None:
         cls._opclass_call = _redirect(record.qualname)
         cls._opclass_op = None
@@ -152,52 +151,7 @@ def _redirect(qualname: str) -> Callable[..., Any]:
         record = lookup(qualname)
         if record is None or record.op is None:
             raise RuntimeError(f"{qualname} was removed; define its class again to use it")
-        cls = record.owner() if record.owner is not None else None
+        cls = record.owner()
         return cls(*args, **kwargs) if cls is not None else record.op(*args, **kwargs)
 
     return replaced_op
-
-
-def _switch_live_classes(activate: Callable[[], None]) -> int:
-    """The native guard is built: use it, and re-arm every live class for it."""
-    with LOCK:
-        activate()
-        classes = [(record, record.owner()) for record in live_records() if record.owner is not None]
-        for record, cls in classes:
-            if cls is not None:
-                arm(record, cls)
-        return sum(cls is not None for _, cls in classes)
-
-
-def remove(op: Any) -> None:
-    """Remove an op's registrations (takes the op class or its qualified name): the op is gone from
-    ``torch.ops`` and its class stops working. Redefining a class replaces its op without it.
-
-    Example:
-        >>> import torch, opclass
-        >>> class DocsRemoved(opclass.CustomOp, name="docs_remove::twice"):
-        ...     @staticmethod
-        ...     def default(x: torch.Tensor) -> torch.Tensor:
-        ...         return 2 * x
-        >>> opclass.remove(DocsRemoved)
-        >>> hasattr(torch.ops.docs_remove, "twice")
-        False
-    """
-    qualname = op if isinstance(op, str) else getattr(op, "qualname", None)
-    if not isinstance(qualname, str):
-        raise TypeError(f"opclass.remove() takes a CustomOp class or a qualified name, not {op!r}")
-    with LOCK:
-        for record in take_live(qualname=qualname):
-            retire(record)
-
-
-def remove_namespace(namespace: str) -> None:
-    """Remove every op opclass defined in ``namespace`` (a test fixture's clean-up).
-
-    Example:
-        >>> import opclass
-        >>> opclass.remove_namespace("docs_nothing_here")
-    """
-    with LOCK:
-        for record in take_live(namespace=namespace):
-            retire(record)

@@ -91,7 +91,7 @@ def _dispatch_tables() -> list[dict[object, Callable[..., Any]]] | None:
         """An op class: calling it is calling ``cls._opclass_op``; all else as for any class."""
 
         def call_function(self, tx: Any, args: Any, kwargs: Any) -> Any:
-            # The class's own op (install_call sets it on each op class; retiring clears it),
+            # The class's own op (classcall.arm sets it on each op class; retiring clears it),
             # never one inherited by a class that is no op itself.
             op = self.value.__dict__.get("_opclass_op")
             if op is None or self.source is None:

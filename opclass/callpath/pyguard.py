@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import _C
 
-from opclass.core.types import BUMP, DEVICE_CODES, GRAD
+from opclass.core.types import BUMP, DEVICE_CODES, FAST_DEVICES, GRAD, plain_keysets
 
 __all__ = ["MISSING", "NO_TENSOR", "Slots", "exact_code", "miss", "factory", "HAND_OVER", "MAX_RECORDS"]
 
@@ -213,16 +213,6 @@ def _run_self_test() -> None:
         _done.set()
 
 
-def _plain_keysets(device: str) -> frozenset[int]:
-    """Raw key sets of a plain dense Tensor on ``device``: normal and inference Tensors."""
-    keys = _C.DispatchKey
-    backend = keys.CPU if device == "cpu" else keys.CUDA
-    autograd = keys.AutogradCPU if device == "cpu" else keys.AutogradCUDA
-    autocast = keys.AutocastCPU if device == "cpu" else keys.AutocastCUDA
-    inference = _C.DispatchKeySet(backend).add(autocast)
-    return frozenset({inference.raw_repr(), inference.add(keys.ADInplaceOrView).add(autograd).raw_repr()})
-
-
 def _included_ok() -> frozenset[int]:
     """Thread-local included key sets of plain eager mode (normal and inference_mode)."""
     base = _C.DispatchKeySet(_C.DispatchKey.BackendSelect)
@@ -243,7 +233,7 @@ def _bad_excluded() -> int:
 
 
 # Constants of plain eager mode, computed once (they are the same for every op).
-OK_KEYS = {"cpu": _plain_keysets("cpu"), "cuda": _plain_keysets("cuda")}
+OK_KEYS = {device: frozenset(ks.raw_repr() for ks in plain_keysets(device)) for device in FAST_DEVICES}
 INCLUDED_OK = _included_ok()
 BAD_EXCLUDED = _bad_excluded()
 _keys = _C._dispatch_keys
@@ -268,7 +258,7 @@ def exact_code(tensors: Sequence[Any], devices: frozenset[str]) -> int:
             return 0
         ks = _keys(t).raw_repr()
         if ok is None:
-            device = "cpu" if ks in OK_KEYS["cpu"] else "cuda" if ks in OK_KEYS["cuda"] else ""
+            device = next((d for d, sets in OK_KEYS.items() if ks in sets), "")
             if device not in devices:
                 return 0
             ok = OK_KEYS[device]

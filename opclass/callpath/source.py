@@ -33,7 +33,8 @@ from torch import _C
 
 from opclass.callpath import pyguard
 from opclass.core import native
-from opclass.core.types import BUMP, CHECK_NAMES, CUDA, DEVICE_CODES, FAST_DEVICES, GRAD, arg_type, guard_text
+from opclass.core.types import BUMP, CHECK_NAMES, DEVICE_CODES, FAST_DEVICES, GRAD, guard_text
+from opclass.define.arguments import Argument
 from opclass.install.functions import Call, functions
 from opclass.install.outputs import INLINE_NAMES, INLINE_TEST, output_is_fresh
 from opclass.install.record import OpRecord
@@ -85,19 +86,20 @@ def call_source(record: OpRecord, name: str, *, guard: str, as_new: bool) -> tup
     the plan allows written for ``guard`` (``"native"`` or ``"python"``), then the op."""
     assert record.op is not None
     closure: dict[str, Any] = {"_op": record.op._op}  # what OpOverload.__call__ calls, one frame less
-    if any(a.name.startswith("_") for a in record.schema.arguments):
+    if any(a.name.startswith("_") for a in record.arguments):
         # A parameter could shadow a generated name (_op...): take everything as given.
         return f"def {name}({'_cls, /, ' if as_new else ''}*args, **kwargs):\n    return _op(*args, **kwargs)\n", closure
     head = _Head(record, closure, as_new)
     plan = record.plan
     body: list[str] = []
     if plan is not None and plan.off is None:
-        body = _Body(record, closure, head.call_args, guard).lines()
-    if record.functorch_entry is not None and not record.mutated and (record.backward is not None or record.jvp is not None):
+        body = _Body(record, closure, guard).lines()
+    formula = record.formula
+    if record.functorch_entry is not None and not record.mutated and formula is not None and (formula.backward is not None or formula.jvp is not None):
         # Under torch.func transforms an op with a formula is differentiated from Python: the
         # dispatcher cannot run functorch's handling of autograd.Functions inside a kernel.
         closure.update({"_ft": _C._are_functorch_transforms_active, "_ft_entry": record.functorch_entry})
-        body += ["    if _ft():", f"        return _ft_entry({head.call_args})"]
+        body += ["    if _ft():", f"        return _ft_entry({record.arguments.call()})"]
     return "\n".join([*head.lines(name), *body, *head.tail()]) + "\n", closure
 
 
@@ -114,69 +116,54 @@ class _Head:
     """
 
     def __init__(self, record: OpRecord, closure: dict[str, Any], as_new: bool) -> None:
-        self.closure, self.as_new = closure, as_new
-        self.params = list(record.signature.parameters.values())
-        self.positional = [p.name for p in self.params if p.kind is not p.KEYWORD_ONLY]
-        self.keywords = [p.name for p in self.params if p.kind is p.KEYWORD_ONLY]
-        self.call_args = ", ".join(self.positional + [f"{k}={k}" for k in self.keywords])
-        for p in self.params:
-            if p.default is not p.empty:
-                closure[f"_default_{p.name}"] = p.default
+        self.closure, self.as_new, self.table = closure, as_new, record.arguments
+        for a in self.table:
+            if a.has_default:
+                closure[f"_default_{a.name}"] = a.default
         if as_new:
-            closure.update({"_M": pyguard.MISSING, "_merge": merge_keywords, "_call_passed": call_passed, "_call_original": call_original, "_names": tuple(self.positional)})
+            closure.update({"_M": pyguard.MISSING, "_merge": merge_keywords, "_call_passed": call_passed, "_call_original": call_original, "_names": tuple(a.name for a in self.table.positional)})
 
     def lines(self, name: str) -> list[str]:
+        table = self.table
         if not self.as_new:
-            parts, star = [], False
-            for p in self.params:
-                if p.kind is p.KEYWORD_ONLY and not star:
-                    parts.append("*")
-                    star = True
-                parts.append(f"{p.name}=_default_{p.name}" if p.default is not p.empty else p.name)
-            return [f"def {name}({', '.join(parts)}):"]
+            return [f"def {name}{table.parameters(default=lambda a: f'_default_{a.name}')}:"]
         # _M even where the schema has a default: the dispatcher's errors count what was passed.
-        signature = ", ".join(["_cls", *(f"{n}=_M" for n in self.positional), *(["/"] if self.positional else []), "*_a", *(f"{k}=_M" for k in self.keywords), "**_k"])
-        values = "(" + "".join(f"{n}, " for n in self.positional) + ")"
-        keywords = "{" + ", ".join(f"{k!r}: {k}" for k in self.keywords) + "}"
+        positional = [a.name for a in table.positional]
+        signature = ", ".join(["_cls", *(f"{n}=_M" for n in positional), *(["/"] if positional else []), "*_a", *(f"{a.name}=_M" for a in table.keyword_only), "**_k"])
+        values = table.args_text()
         lines = [
             f"def {name}({signature}):",
             "    if _a or _k:",
             f"        _v = _merge(_a, _k, {values}, _names)",
             "        if _v is None:",
-            f"            return _call_original(_op, {values}, _a, {{**{keywords}, **_k}})",
+            f"            return _call_original(_op, {values}, _a, {{**{table.kwargs_text()}, **_k}})",
         ]
-        if self.positional:
-            lines.append(f"        {', '.join(self.positional)}, = _v")
-        return lines + [f"    if {p.name} is _M:\n        {p.name} = _default_{p.name}" for p in self.params if p.default is not p.empty]
+        if positional:
+            lines.append(f"        {', '.join(positional)}, = _v")
+        return lines + [f"    if {a.name} is _M:\n        {a.name} = _default_{a.name}" for a in table if a.has_default]
 
     def tail(self) -> list[str]:
-        required = [p.name for p in self.params if p.default is p.empty]
+        required = [a.name for a in self.table if not a.has_default]
         lines = []
         if self.as_new and required:
-            values = "(" + "".join(f"{n}, " for n in self.positional) + ")"
-            keywords = "{" + ", ".join(f"{k!r}: {k}" for k in self.keywords) + "}"
-            lines = [f"    if {' or '.join(f'{n} is _M' for n in required)}:", f"        return _call_passed(_op, _names, {values}, {keywords})"]
-        return lines + [f"    return _op({self.call_args})"]
+            lines = [f"    if {' or '.join(f'{n} is _M' for n in required)}:", f"        return _call_passed(_op, _names, {self.table.args_text()}, {self.table.kwargs_text()})"]
+        return lines + [f"    return _op({self.table.call()})"]
 
 
 class _Body:
     """The guarded fast path: the guard for ``guard``, then each device's kernel call."""
 
-    def __init__(self, record: OpRecord, closure: dict[str, Any], call_args: str, guard: str) -> None:
+    def __init__(self, record: OpRecord, closure: dict[str, Any], guard: str) -> None:
         assert record.plan is not None
-        self.record, self.plan, self.closure, self.call_args = record, record.plan, closure, call_args
+        self.record, self.plan, self.closure, self.table = record, record.plan, closure, record.arguments
         self.kernels = record.plan.kernels
-        self.params = [(a.name, str(a.real_type)) for a in record.schema.arguments]
-        self.positional = [a.name for a in record.schema.arguments if not a.kwarg_only]
-        self.keywords = [a.name for a in record.schema.arguments if a.kwarg_only]
         self.native = native.native_module() if guard == "native" else None
-        configs = record.plan.configs
         closure.update(CHECK_NAMES)
-        closure.update({f"_cfg_{n}": cls for n, cls in configs.items()})
+        closure.update({f"_cfg_{a.name}": a.config for a in self.table if a.config is not None})
         self.value_guards = [
-            f"type({n}) is _cfg_{n}" if jit == "PyObject" and n in configs else guard_text(jit, n) or "False"
-            for n, jit in self.params
-            if not arg_type(jit).tensor
+            f"type({a.name}) is _cfg_{a.name}" if a.config is not None else guard_text(a.jit, a.name) or "False"
+            for a in self.table
+            if not a.kind.tensor
         ]
         fns = functions(record)
         closure.update(
@@ -193,18 +180,18 @@ class _Body:
             closure[f"_apply_{d}"] = _c_apply(fn_cls)
 
     def lines(self) -> list[str]:
-        tensors = [n for n, jit in self.params if arg_type(jit).tensor]
+        tensors = [a for a in self.table if a.kind.tensor]
         if not tensors:
             return self._by_device_argument()
         return self._native(tensors) if self.native is not None else self._recorded()
 
-    def _native(self, tensors: list[str]) -> list[str]:
+    def _native(self, tensors: list[Argument]) -> list[str]:
         """One C call classifies every Tensor argument and the thread-local state."""
         assert self.native is not None
-        self.closure.update({"_guard": self.native.guard, "_spec": "".join(arg_type(jit).letter for n, jit in self.params if n in tensors).encode()})
-        conditions = ["_g", *self.value_guards] + (["not _autocast()"] if self.plan.autocast else [])
+        self.closure.update({"_guard": self.native.guard, "_spec": "".join(a.kind.letter for a in tensors).encode()})
+        conditions = ["_g", *self.value_guards] + (["not _autocast()"] if self.plan.autocast_devices else [])
         ind = "        "
-        lines = [f"    _g = _guard(_spec, {', '.join(tensors)})", f"    if {' and '.join(conditions)}:", *self._lists_from_tuples(ind)]
+        lines = [f"    _g = _guard(_spec, {', '.join(a.name for a in tensors)})", f"    if {' and '.join(conditions)}:", *self._lists_from_tuples(ind)]
         for d in self.kernels:
             lines += [f"{ind}if _g == {DEVICE_CODES[d]}:", *self._kernel_call(d, ind + "    ")]
             lines += [f"{ind}if _g == {DEVICE_CODES[d] | GRAD}:", *self._grad_lines(d, ind + "    ")]
@@ -217,12 +204,12 @@ class _Body:
             {"_included_set": _C._dispatch_tls_local_include_set, "_included_ok": pyguard.INCLUDED_OK, "_excluded_set": _C._dispatch_tls_local_exclude_set, "_bad_excluded": pyguard.BAD_EXCLUDED}
         )
         guard = "_tfm() or _included_set().raw_repr() not in _included_ok or _excluded_set().raw_repr() & _bad_excluded or _profiling() or _fw._current_level >= 0"
-        lines, ind = [f"    if not ({guard}{' or _autocast()' if self.plan.autocast else ''}):"], "        "
+        lines, ind = [f"    if not ({guard}{' or _autocast()' if self.plan.autocast_devices else ''}):"], "        "
         if self.value_guards:
             lines.append(f"{ind}if {' and '.join(self.value_guards)}:")
             ind += "    "
         lines += self._lists_from_tuples(ind)
-        device = next(n for n, jit in self.params if jit == "Device")
+        device = next(a.name for a in self.table if a.jit == "Device")
         for i, d in enumerate(self.kernels):
             lines += [f"{ind}{'elif' if i else 'if'} {device}.type == '{d}':", *self._kernel_call(d, ind + "    ")]
         return lines
@@ -234,20 +221,21 @@ class _Body:
         # What the recorded key sets cannot show, checked on every call.
         self.closure.update({"_modes": _C._len_torch_dispatch_stack, "_tracing": _C._is_tracing, "_included": _C._dispatch_tls_is_dispatch_key_included, "_PD": _C.DispatchKey.PythonDispatcher})
         guard = "_tfm() or _profiling() or _fw._current_level >= 0 or _modes() or _tracing() or _included(_PD)"
-        if self.plan.autocast:
+        if self.plan.autocast_devices:
             guard += " or _autocast()"  # else a miss under autocast would record it as plain
         lines, ind = [f"    if not ({guard}):"], "        "
-        lists = [n for n, jit in self.params if arg_type(jit).tensor == "list"]
+        lists = [a.name for a in self.table if a.kind.tensor == "list"]
         guards = [f"type({n}) in _seq" for n in lists] + self.value_guards
         if guards:
             lines.append(f"{ind}if {' and '.join(guards)}:")
             ind += "    "
         flat = []
-        for n, jit in self.params:
-            if arg_type(jit).tensor == "one":
-                flat.append(f"(_NT if {n} is None else {n})" if jit.startswith("Optional") else n)
-            elif arg_type(jit).tensor == "list":
-                flat.append(f"*[_NT if _x is None else _x for _x in {n}]" if "Optional" in jit else f"*{n}")
+        for a in self.table:
+            optional = "Optional" in a.jit
+            if a.kind.tensor == "one":
+                flat.append(f"(_NT if {a.name} is None else {a.name})" if optional else a.name)
+            elif a.kind.tensor == "list":
+                flat.append(f"*[_NT if _x is None else _x for _x in {a.name}]" if optional else f"*{a.name}")
         values = ", ".join(flat)
         miss = f"(None, _miss(_s, ({values},), _devices))"
         if lists:
@@ -271,7 +259,7 @@ class _Body:
 
     def _lists_from_tuples(self, ind: str) -> list[str]:
         # The dispatcher hands kernels lists; callers may pass tuples (and list defaults are tuples).
-        return [line for n, jit in self.params if jit.startswith(("List[", "Optional[List[")) for line in (f"{ind}if type({n}) is tuple:", f"{ind}    {n} = list({n})")]
+        return [line for a in self.table if a.is_list for line in (f"{ind}if type({a.name}) is tuple:", f"{ind}    {a.name} = list({a.name})")]
 
     def _grad_lines(self, device: str, ind: str) -> list[str]:
         if self.plan.grad == "eager":
@@ -279,29 +267,27 @@ class _Body:
             return self._kernel_call(device, ind, differentiable=True)
         if self.plan.grad == "dispatcher":
             # Autograd through a mutation, or out= under grad: the dispatcher decides (or raises).
-            return [f"{ind}return _op({self.call_args})"]
+            return [f"{ind}return _op({self.table.call()})"]
+        names = ", ".join(self.table.names)
         if f"_apply_{device}" in self.closure:
-            return [f"{ind}return _apply_{device}({', '.join(self.positional + self.keywords)})"]
-        return [f"{ind}return _apply({', '.join(self.positional + self.keywords)}, _Call(None, {len(self.positional)}, {tuple(self.keywords)!r}, _k_{device}))"]
+            return [f"{ind}return _apply_{device}({names})"]
+        return [f"{ind}return _apply({names}, _Call(None, {len(self.table.positional)}, {tuple(a.name for a in self.table.keyword_only)!r}, _k_{device}))"]
 
     def _kernel_call(self, device: str, ind: str, differentiable: bool = False, bump: str = "not _excluded(_ADIV)", inline_fresh: bool = False) -> list[str]:
         """Bump versions of mutated arguments, call the kernel, finish its output as the output
         contract says, return."""
-        record = self.record
-        args = "(" + "".join(f"{n}, " for n in self.positional) + ")"
-        kwargs = "{" + ", ".join(f"{k!r}: {k}" for k in self.keywords) + "}"
-        finish = f"_out = _finish(_where_{device}, {args}, {kwargs}, _out)"
+        record, table = self.record, self.table
+        finish = f"_out = _finish(_where_{device}, {table.args_text()}, {table.kwargs_text()}, _out)"
         lines = []
-        if record.mutated:
+        if table.written:
             # Before the kernel, as on the dispatcher path: a kernel that raises has still written.
-            mutated = [record.schema.arguments[i] for i in record.mutated]
-            names = ", ".join(a.name for a in mutated) + ("," if len(mutated) == 1 else "")
+            names = ", ".join(a.name for a in table.written) + ("," if len(table.written) == 1 else "")
             lines.append(f"{ind}if {bump}:")  # _bump skips inference tensors
-            if all(str(a.real_type) == "Tensor" for a in mutated):
+            if all(a.jit == "Tensor" for a in table.written):
                 lines.append(f"{ind}    _bump(({names}))")
             else:
                 lines.append(f"{ind}    _bump([_t for _v in ({names}) for _t in (_v if type(_v) is list else (_v,)) if _t is not None])")
-        lines.append(f"{ind}_out = _u_{device}({self.call_args})")
+        lines.append(f"{ind}_out = _u_{device}({table.call()})")
         if record.outputs.single:
             # Fresh: a plain Tensor only this frame holds, whose storage nothing else uses.
             if inline_fresh:  # the test raises for an output without storage: not fresh
@@ -327,11 +313,11 @@ def c_entry(record: OpRecord) -> tuple[Any, ...] | None:
     and hands every other call to it. Only where ``single`` is a fresh Tensor final: every other
     result goes through ``finish``, the output contract.
     """
-    module, plan, params = native.native_module(), record.plan, record.schema.arguments
+    module, plan, table = native.native_module(), record.plan, record.arguments
     if (
-        module is None or plan is None or record.outputs.kind != "functional" or record.mutated or plan.autocast
-        or any(a.kwarg_only or arg_type(str(a.real_type)).entry is None for a in params)
-        or not any(str(a.real_type) == "Tensor" for a in params)
+        module is None or plan is None or record.outputs.kind != "functional" or table.written or plan.autocast_devices
+        or any(a.keyword_only or a.kind.entry is None for a in table)
+        or not any(a.jit == "Tensor" for a in table)
     ):
         return None
     fast = functions(record).fast
@@ -344,7 +330,7 @@ def c_entry(record: OpRecord) -> tuple[Any, ...] | None:
         """A kernel's output that is not final: the output contract."""
         return finish(wheres[next(a.device.type for a in args if isinstance(a, torch.Tensor))], args, {}, out)
 
-    spec = "".join(arg_type(str(a.real_type)).entry or "" for a in params).encode()
+    spec = "".join(a.kind.entry or "" for a in table).encode()
     return (spec, record.outputs.single, *kernels, *applies, finish_entry)
 
 
@@ -357,6 +343,3 @@ def _c_apply(fn_cls: type[torch.autograd.Function]) -> Callable[..., Any]:
     else:
         apply = _C._FunctionBase.__dict__["apply"].__get__(None, fn_cls)
     return apply
-
-
-assert (DEVICE_CODES["cpu"], DEVICE_CODES["cuda"]) == (1, CUDA)  # the order csrc/guard.cpp returns them in

@@ -42,3 +42,6 @@ HOOK_KINDS: dict[str, str] = {
     "samples": "static",
     "traceable": "value",
 }
+
+#: The name torch gives an op's overload without a name (``torch.ops.ns.op.default``).
+DEFAULT_OVERLOAD = "default"

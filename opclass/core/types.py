@@ -1,66 +1,66 @@
-"""What the call path knows about each schema type, in one table, and the codes the guards return.
+"""The schema types, in one table, and the facts about plain eager calls every layer shares.
 
-The plan, the source emitter, the native guard's spec, the C entry and the output contract each
-read their column of :data:`ARG_TYPES`; the codes are shared with ``csrc/guard.cpp``.
+:data:`SCHEMA_TYPES` has a row per base schema type: how a schema spells it, what
+``Argument.real_type`` prints for it, the annotation that gives it, how messages show it, the
+exact-type check the call path makes, the Python types a default may have, where it may stand
+(in a list, as a return) and the C entry's letter. Annotations, the Python signature, messages,
+defaults, guards, the native guard's spec and the output contract read their column of it.
+:func:`arg_type` gives the call path's view of any JIT type text; the plain key sets, the devices
+the guards classify and the codes they return are shared with ``csrc/guard.cpp``.
 
 Example:
     >>> from opclass.core import types
-    >>> types.ARG_TYPES["float"].entry, types.guard_text("Optional[float]", "x")
+    >>> types.arg_type("float").entry, types.guard_text("Optional[float]", "x")
     ('f', '(x is None or type(x) is float)')
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Iterator
 
 import torch
+from torch import _C
 
-#: Device types the guards classify, with their backend dispatch keys.
-FAST_DEVICES = {"cpu": "CPU", "cuda": "CUDA"}
-#: The guards' answer for a plain call, a bit each: its device, whether grad may be needed, and
-#: whether the version counters of mutated Tensors are bumped (ADInplaceOrView not excluded).
-CPU, CUDA, GRAD, BUMP = 1, 2, 4, 8
-DEVICE_CODES = {"cpu": CPU, "cuda": CUDA}
+_INT = "(type({v}) is int and -9223372036854775808 <= {v} <= 9223372036854775807)"  # the dispatcher refuses others
 
 
 @dataclasses.dataclass(frozen=True)
-class ArgType:
-    """One schema type (``Argument.real_type`` as text) as the call path sees it.
+class SchemaType:
+    """One base schema type (see the module docstring); ``annotation`` is ``None`` for a type only
+    ``opclass.SchemaType`` gives (``int``: a bare ``int`` annotation is ``SymInt``)."""
 
-    ``check``: an expression of ``{v}``, true when the value has the exact Python type the
-    dispatcher hands a Python kernel (for a return: what it would return); ``tensor``: ``"one"``
-    or ``"list"`` for Tensor types, which the guards classify; ``letter``: the native guard's
-    spec letter; ``entry``: the C entry's letter (``None``: the C entry does not take it).
-    """
-
-    check: str | None = None
-    tensor: str = ""
-    letter: str = "X"
+    schema: str
+    jit: str
+    annotation: Any
+    shown: str
+    check: str | None
+    defaults: tuple[type, ...] = ()
+    listable: bool = False
+    returnable: bool = False
     entry: str | None = None
 
 
-_INT = "(type({v}) is int and -9223372036854775808 <= {v} <= 9223372036854775807)"  # the dispatcher refuses others
-ARG_TYPES: dict[str, ArgType] = {
-    "Tensor": ArgType("type({v}) is _T", "one", "T", "T"),
-    "Optional[Tensor]": ArgType("({v} is None or type({v}) is _T)", "one", "O", "O"),
-    "List[Tensor]": ArgType("(type({v}) is list and all(type(_e) is _T for _e in {v}))", "list", "L"),
-    "List[Optional[Tensor]]": ArgType(None, "list", "M"),
-    "int": ArgType(_INT, entry="i"),
-    "float": ArgType("type({v}) is float", entry="f"),
-    "bool": ArgType("type({v}) is bool", entry="b"),
-    "str": ArgType("type({v}) is str"),
-    "number": ArgType("type({v}) in _number"),
-    "ScalarType": ArgType("type({v}) is _dtype"),
-    "Device": ArgType("type({v}) is _device"),
-    "Layout": ArgType("type({v}) is _layout"),
-    "MemoryFormat": ArgType("type({v}) is _memory_format"),
-}
-_NONE = ArgType()
-# Return types whose check is known to match the dispatcher's conversion exactly.
-_EXACT_RETURNS = ("Tensor", "Optional[Tensor]", "List[Tensor]", "int", "float", "bool")
+SCHEMA_TYPES: tuple[SchemaType, ...] = (
+    SchemaType("Tensor", "Tensor", torch.Tensor, "Tensor", "type({v}) is _T", (), True, True, "T"),
+    SchemaType("SymInt", "int", int, "int", _INT, (int,), True, True, "i"),
+    SchemaType("int", "int", None, "int", _INT, (int,), True, True, "i"),
+    SchemaType("float", "float", float, "float", "type({v}) is float", (float, int), True, True, "f"),
+    SchemaType("bool", "bool", bool, "bool", "type({v}) is bool", (bool,), True, True, "b"),
+    SchemaType("str", "str", str, "str", "type({v}) is str", (str,), True),
+    SchemaType("Scalar", "number", torch.types.Number, "Number", "type({v}) in _number", (int, float, bool), True, True),
+    SchemaType("ScalarType", "ScalarType", torch.dtype, "torch.dtype", "type({v}) is _dtype", (torch.dtype,)),
+    SchemaType("Device", "Device", torch.device, "torch.device", "type({v}) is _device", (torch.device, str), True),
+    SchemaType("Layout", "Layout", torch.layout, "torch.layout", "type({v}) is _layout", (torch.layout,)),
+    SchemaType("MemoryFormat", "MemoryFormat", torch.memory_format, "torch.memory_format", "type({v}) is _memory_format", (torch.memory_format,)),
+)
+#: The rows by schema spelling, by annotation, and by JIT text (``int``: the ``SymInt`` row).
+BY_SCHEMA = {t.schema: t for t in SCHEMA_TYPES}
+BY_ANNOTATION = {t.annotation: t for t in SCHEMA_TYPES if t.annotation is not None}
+BY_JIT = {t.jit: t for t in reversed(SCHEMA_TYPES)}
 
-#: The names :data:`ARG_TYPES`' expressions use, as closure values for generated code.
+#: The names the checks use, as closure values for generated code.
 CHECK_NAMES: dict[str, Any] = {
     "_T": torch.Tensor,
     "_number": frozenset({int, float, bool}),
@@ -72,23 +72,61 @@ CHECK_NAMES: dict[str, Any] = {
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class ArgType:
+    """A JIT type as the call path sees it. ``check``: an expression of ``{v}``, true when the value
+    has the exact Python type the dispatcher hands a Python kernel; ``tensor``: ``"one"`` or
+    ``"list"`` for the Tensor kinds the guards classify; ``letter``: the native guard's spec
+    letter; ``entry``: the C entry's letter (``None``: the C entry does not take it)."""
+
+    check: str | None = None
+    tensor: str = ""
+    letter: str = "X"
+    entry: str | None = None
+
+
+# The Tensor kinds the guards classify.
+_TENSOR_KINDS = {
+    "Tensor": ArgType("type({v}) is _T", "one", "T", "T"),
+    "Optional[Tensor]": ArgType("({v} is None or type({v}) is _T)", "one", "O", "O"),
+    "List[Tensor]": ArgType("(type({v}) is list and all(type(_e) is _T for _e in {v}))", "list", "L"),
+    "List[Optional[Tensor]]": ArgType(None, "list", "M"),
+}
+# Return types whose check is known to match the dispatcher's conversion exactly.
+_EXACT_RETURNS = ("Tensor", "Optional[Tensor]", "List[Tensor]", "int", "float", "bool")
+
+
+@functools.cache
 def arg_type(jit: str) -> ArgType:
-    """The row of ``jit`` (``"Optional[Tensor]"``); a type the call path does not know has no check."""
-    return ARG_TYPES.get(jit, _NONE)
+    """The call path's view of the JIT type text ``jit`` (``"Optional[Tensor]"``); a type it does
+    not know has no check."""
+    if jit in _TENSOR_KINDS:
+        return _TENSOR_KINDS[jit]
+    row = BY_JIT.get(jit)
+    return ArgType(row.check, entry=row.entry) if row is not None and jit != "Tensor" else ArgType()
+
+
+def holds_tensor(jit: str) -> bool:
+    """The JIT type is a Tensor type or holds one (an optional Tensor, a list of them)."""
+    return "Tensor" in jit
+
+
+def inner(jit: str) -> tuple[str, bool, bool]:
+    """``(base, optional, list)`` of a JIT type text: ``Optional[List[int]]`` -> ``("int", True, True)``."""
+    optional = jit.startswith("Optional[")
+    jit = jit[len("Optional[") : -1] if optional else jit
+    listed = jit.startswith("List[")
+    return (jit[len("List[") : -1] if listed else jit), optional, listed
 
 
 def guard_text(jit: str, var: str) -> str | None:
     """The type guard for a non-Tensor argument: scalars, their lists (callers may pass tuples),
     their ``Optional`` forms; ``None`` when there is no cheap one."""
-    optional = jit.startswith("Optional[")
-    inner = jit[len("Optional[") : -1] if optional else jit
-    row = ARG_TYPES.get(inner)
-    if row is not None and row.check is not None and not row.tensor:
-        check = row.check.format(v=var)
-    elif inner.startswith("List[") and (elem := ARG_TYPES.get(inner[len("List[") : -1])) is not None and elem.check and not elem.tensor:
-        check = f"type({var}) in _seq and all({elem.check.format(v='_e')} for _e in {var})"
-    else:
+    base, optional, listed = inner(jit)
+    row = arg_type(base)
+    if row.check is None or row.tensor or holds_tensor(base):
         return None
+    check = f"type({var}) in _seq and all({row.check.format(v='_e')} for _e in {var})" if listed else row.check.format(v=var)
     return f"({var} is None or {check})" if optional else check
 
 
@@ -97,7 +135,7 @@ def exact_return(kinds: tuple[str, ...], var: str) -> str | None:
     types; ``None`` when no cheap one exists (then every result is converted)."""
     if not kinds:
         return f"{var} is None"
-    checks = [ARG_TYPES[k].check if k in _EXACT_RETURNS else None for k in kinds]
+    checks = [arg_type(k).check if k in _EXACT_RETURNS else None for k in kinds]
     if any(c is None for c in checks):
         return None
     if len(kinds) == 1:
@@ -106,7 +144,7 @@ def exact_return(kinds: tuple[str, ...], var: str) -> str | None:
 
 
 def returns_of(schema: torch._C.FunctionSchema) -> tuple[str, ...]:
-    """The return types of ``schema``, as the table's keys."""
+    """The return types of ``schema``, as JIT type texts."""
     return tuple(str(r.real_type) for r in schema.returns)
 
 
@@ -117,3 +155,31 @@ def tensors_in(values: Any) -> Iterator[torch.Tensor]:
             yield v
         elif isinstance(v, (list, tuple)):
             yield from (t for t in v if isinstance(t, torch.Tensor))
+
+
+# --------------------------------------------------------------------------- plain eager calls
+
+#: Device types the guards classify, with their backend dispatch keys.
+FAST_DEVICES = {"cpu": "CPU", "cuda": "CUDA"}
+#: The guards' answer for a plain call, a bit each: its device, whether grad may be needed, and
+#: whether the version counters of mutated Tensors are bumped (ADInplaceOrView not excluded).
+CPU, CUDA, GRAD, BUMP = 1, 2, 4, 8
+DEVICE_CODES = {"cpu": CPU, "cuda": CUDA}
+
+
+@functools.cache
+def plain_keysets(device: str) -> tuple[Any, Any]:
+    """The key sets of a plain dense Tensor on ``device`` (``"cpu"``/``"cuda"``): a normal one and
+    an inference one. ``csrc/guard.cpp`` holds the same sets (``tests/test_guard.py`` compares)."""
+    keys = _C.DispatchKey
+    backend = getattr(keys, FAST_DEVICES[device])
+    inference = _C.DispatchKeySet(backend).add(getattr(keys, "Autocast" + backend.name))
+    return inference.add(keys.ADInplaceOrView).add(getattr(keys, "Autograd" + backend.name)), inference
+
+
+@functools.cache
+def autograd_keysets(device: str) -> tuple[int, int]:
+    """Raw key sets the Autograd kernel sees for a plain Tensor on ``device`` (autocast excluded,
+    as it is by default), with and without ``ADInplaceOrView``."""
+    normal = plain_keysets(device)[0].remove(getattr(_C.DispatchKey, "Autocast" + FAST_DEVICES[device]))
+    return normal.remove(_C.DispatchKey.ADInplaceOrView).raw_repr(), normal.raw_repr()

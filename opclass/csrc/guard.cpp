@@ -425,7 +425,18 @@ PyObject* set_parameter_type(PyObject* /*self*/, PyObject* arg) {
   Py_RETURN_NONE;
 }
 
+// The facts the Python side must share, for a test to compare (opclass/core/types.py):
+// {"cpu": (plain, inference) raw key sets, "cuda": (...), "codes": (cpu, cuda, grad), "included": raw}.
+PyObject* facts(PyObject* /*self*/, PyObject* /*unused*/) {
+  return Py_BuildValue("{s:(KK),s:(KK),s:(iii),s:K}", "cpu", static_cast<unsigned long long>(kCpu.raw_repr()),
+                       static_cast<unsigned long long>(kCpuInference.raw_repr()), "cuda",
+                       static_cast<unsigned long long>(kCuda.raw_repr()), static_cast<unsigned long long>(kCudaInference.raw_repr()),
+                       "codes", kCodeCpu, kCodeCuda, kCodeGrad, "included",
+                       static_cast<unsigned long long>(kAllowedIncluded.raw_repr()));
+}
+
 PyMethodDef methods[] = {
+    {"facts", facts, METH_NOARGS, "the key sets and codes the guard uses"},
     {"guard", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(guard)), METH_FASTCALL, "plain-eager guard"},
     {"set_parameter_type", set_parameter_type, METH_O, "register nn.Parameter"},
     {"set_fallback", set_fallback, METH_O, "register OpMeta's Python __call__"},

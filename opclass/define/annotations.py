@@ -26,24 +26,8 @@ from torch import Tensor
 
 from opclass.core import memo
 from opclass.core.compat import plain_opaque_values
+from opclass.core.types import BY_ANNOTATION, BY_SCHEMA
 from opclass.errors import format_annotation
-
-# Base Python types and the schema type each becomes.
-BASE_TYPES: dict[Any, str] = {
-    Tensor: "Tensor",
-    int: "SymInt",
-    float: "float",
-    bool: "bool",
-    str: "str",
-    torch.types.Number: "Scalar",
-    torch.dtype: "ScalarType",
-    torch.device: "Device",
-    torch.layout: "Layout",
-    torch.memory_format: "MemoryFormat",
-}
-# Element types that may appear in a list (``T[]``), and those whose list may be optional (``T[]?``).
-_LISTABLE = {"Tensor", "SymInt", "int", "float", "bool", "Scalar", "str", "Device"}
-_RETURNS = {"Tensor", "SymInt", "int", "float", "bool", "Scalar"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,8 +198,9 @@ def _base(ann: Any) -> str | None:
         if inner is not _MARKED[marked]:
             raise SchemaProblem(None, f"SchemaType({marked!r}) annotates {format_annotation(inner)}, not {_MARKED[marked].__name__}", f"write Annotated[{_MARKED[marked].__name__}, SchemaType({marked!r})]")
         return marked
-    if ann in BASE_TYPES:
-        return BASE_TYPES[ann]
+    row = BY_ANNOTATION.get(ann)
+    if row is not None:
+        return row.schema
     if getattr(ann, "__supertype__", None) is not None:
         # typing.NewType over a supported type, like torch.distributed's GroupName (a str).
         return _base(ann.__supertype__)
@@ -249,14 +234,13 @@ _CONFIG_FIELDS = (int, float, bool, str, type(None))
 
 
 def config_type(cls: type) -> str:
-    """The schema type of a config dataclass: it becomes a torch opaque *value* type.
+    """The schema type of a config dataclass: the name torch gives it as an opaque *value* type.
 
     The dispatcher hands the object to the kernel as is; torch.compile treats it as a constant
     (guarded with ``__eq__``, so another value recompiles); FX and export print it with
-    ``__fx_repr__``, which is added here when the class has none.
+    ``__fx_repr__``. Nothing is registered here: the install registers the type with torch
+    (:func:`opclass.core.compat.register_config`), so a refused class leaves torch as it was.
     """
-    from torch._library import opaque_object
-
     params = getattr(cls, "__dataclass_params__", None)
     if params is None or not params.frozen:
         raise SchemaProblem(None, f"config class {cls.__qualname__} is a mutable dataclass", "declare it @dataclasses.dataclass(frozen=True)")
@@ -278,15 +262,12 @@ def config_type(cls: type) -> str:
                 f"config class {cls.__qualname__} field {field.name}: {format_annotation(ann)} cannot be part of a constant",
                 "use int, float, bool, str, their Optional forms, or tuple[T, ...] of them",
             )
-    if not opaque_object.is_opaque_value_type(cls):
-        if "__fx_repr__" not in vars(cls):
-            cls.__fx_repr__ = _fx_repr  # type: ignore[attr-defined]
-        opaque_object.register_opaque_type(cls, typ="value")
-    return opaque_object.get_opaque_type_name(cls)
+    return config_name(cls)
 
 
-def _fx_repr(self: Any) -> tuple[str, dict[str, type]]:
-    return repr(self), {type(self).__name__: type(self)}
+def config_name(cls: type) -> str:
+    """The name torch registers a config class under, which the schema spells."""
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _list_type(ann: Any) -> str | None:
@@ -294,7 +275,7 @@ def _list_type(ann: Any) -> str | None:
     if elem is None:
         return None
     base = _base(elem)
-    if base in _LISTABLE:
+    if base is not None and BY_SCHEMA[base].listable:
         return base + "[]"
     opt = _optional_inner(elem)
     if opt is Tensor:
@@ -365,7 +346,7 @@ def return_type(ann: Any) -> str:
 
 def _single_return(ann: Any, whole: Any) -> str:
     base = _base(ann)
-    if base in _RETURNS:
+    if base is not None and BY_SCHEMA[base].returnable:
         return base
     elem = _element(ann)
     if elem is Tensor and typing.get_origin(ann) is list:
@@ -377,14 +358,6 @@ def _single_return(ann: Any, whole: Any) -> str:
         f"unsupported return annotation {format_annotation(whole)}",
         "return Tensor, list[Tensor], Optional[Tensor], int, float, bool, Number, None, or a tuple of those",
     )
-
-
-# Python types a default may have, by schema base type (bool is an int, as in Python typing).
-_DEFAULT_TYPES: dict[str, tuple[type, ...]] = {
-    "SymInt": (int,), "int": (int,), "float": (float, int), "bool": (bool,), "str": (str,), "Scalar": (int, float, bool),
-    "ScalarType": (torch.dtype,), "Device": (torch.device, str), "Layout": (torch.layout,),
-    "MemoryFormat": (torch.memory_format,), "Tensor": (),
-}
 
 
 def check_default(value: Any, schema_type: str) -> None:
@@ -401,7 +374,8 @@ def check_default(value: Any, schema_type: str) -> None:
         return
     if base.startswith("Tensor"):
         raise SchemaProblem(None, f"default {value!r}: a Tensor parameter can only default to None", "write = None and make the Tensor inside the kernel")
-    allowed = _DEFAULT_TYPES.get(base, ())
+    row = BY_SCHEMA.get(base)
+    allowed = row.defaults if row is not None else ()
     if not isinstance(value, allowed) or (base in ("SymInt", "int", "float") and isinstance(value, bool)):
         wanted = " or ".join(t.__name__ for t in allowed) or "None"
         raise SchemaProblem(None, f"default {value!r} has type {type(value).__name__}, not {wanted}", f"give a default of the annotated type ({schema_type})")

@@ -25,13 +25,14 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import torch
 
 from opclass.core import memo
-from opclass.core.compat import tagged_inplace, tagged_out
+from opclass.core.compat import config_stand_in, tagged_inplace, tagged_out
 from opclass.core.names import CLASS_KEYWORDS
 from opclass.define import schema as schemas
-from opclass.define.annotations import SchemaProblem
+from opclass.define.annotations import SchemaProblem, config_name, resolve_annotations
+from opclass.define.arguments import Arguments
 from opclass.define.hookspec import Hook, HookContext, hooks
 from opclass.define.spec import Keywords, OpSpec
-from opclass.errors import OpDefinitionError, did_you_mean, formatdef
+from opclass.errors import definition_error, did_you_mean, formatdef
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RESERVED_NAMESPACES = {"aten", "prim", "prims", "quantized", "_quantized", "inductor", "higher_order", "_c10d_functional", "c10d"}
@@ -56,7 +57,7 @@ class OpBuilder:
     """Turns one class statement into an :class:`OpSpec`: :meth:`collect`, then :meth:`validate`.
     One small method per check; the state they share is declared here."""
 
-    __slots__ = ("cls", "cls_name", "given", "unknown", "hooks", "defined", "inherited_schema", "keywords", "schema_text", "partial")
+    __slots__ = ("cls", "cls_name", "given", "unknown", "hooks", "defined", "inherited_schema", "keywords", "schema_text", "schema", "partial", "_configs")
 
     def __init__(self, cls: type, keywords: Mapping[str, Any], unknown: Mapping[str, Any] = {}) -> None:
         self.cls = cls
@@ -64,6 +65,7 @@ class OpBuilder:
         self.cls_name = cls.__qualname__.rpartition("<locals>.")[2]
         self.given = dict(keywords)
         self.unknown = dict(unknown)
+        # The registry, read once: every check, and the install, use these hooks.
         self.hooks: Mapping[str, Hook] = hooks()
         #: Hook name -> the user's value (static methods unwrapped), inherited ones included.
         self.defined: dict[str, Any] = {}
@@ -71,18 +73,17 @@ class OpBuilder:
         self.inherited_schema: str | None = None
         #: The class keywords in force (inherited ones included), as given.
         self.keywords: dict[str, Any] = {}
-        #: The schema text the spec gets (set when the schema is settled).
+        #: The schema text the spec gets, and the parsed schema (set when the schema is settled).
         self.schema_text = ""
+        self.schema: Any = None
         #: Kernel hooks annotated only in part (checked against the schema, not derived from).
         self.partial: list[str] = []
+        self._configs: dict[str, type] | None = None
 
     # ------------------------------------------------------------------ helpers
 
     def fail(self, hook: str | None, problem: str, fix: str = "", fn: Any = None) -> None:
-        where = formatdef(self.cls_name, hook, fn) if (hook and fn is not None and callable(fn)) else (
-            f"{self.cls_name}.{hook}" if hook else f"class {self.cls_name}"
-        )
-        raise OpDefinitionError(self.cls_name, hook, where, problem, fix)
+        raise definition_error(self.cls_name, hook, fn, problem, fix)
 
     # ------------------------------------------------------------------ 1. collect
 
@@ -227,7 +228,7 @@ class OpBuilder:
             self.fail(None, f"existing=True, but {qualname} is not defined", "define the op first (TORCH_LIBRARY, Library.define, or load its library), or drop existing=True")
         assert schema is not None
         self.schema_text = schemas.schema_text(schema)
-        op_tags, mutated = schemas.op_tags(qualname), tuple(schemas.mutated_names(schema))
+        op_tags, mutated = schemas.op_tags(qualname), tuple(a.name for a in Arguments.of(schema).written)
         for hook, _, parsed in self.derived(qualname, lambda fn: mutated, op_tags, True):
             diff = schemas.describe_difference(schema, parsed)
             if diff is not None:
@@ -282,7 +283,7 @@ class OpBuilder:
                     hook = derived[0][0]
                     self.fail(hook, f"disagrees with schema={kw.schema!r} ({diff})", "make the annotations match the schema, or drop them", self.defined[hook])
             given = set(kw.mutates_args) if kw.mutates_given and not kw.mutates_unknown else None
-            in_schema = set(schemas.mutated_names(explicit))
+            in_schema = {a.name for a in Arguments.of(explicit).written}
             if given is not None and given != in_schema:
                 self.fail(
                     None,
@@ -301,6 +302,9 @@ class OpBuilder:
         return derived[0][2]
 
     def _parse(self, qualname: str, text: str, hook: str | None) -> torch._C.FunctionSchema:
+        # Config classes are registered with torch at install: parsed here as a registered stand-in.
+        for cls in self.configs().values():
+            text = re.sub(rf"(?<![\w.]){re.escape(config_name(cls))}(?![\w.])", config_stand_in(), text)
         try:
             return schemas.parse(qualname, text)
         except RuntimeError as e:
@@ -308,60 +312,72 @@ class OpBuilder:
             self.fail(hook, f"schema {text!r} does not parse ({detail})", "see the schema table in the docs", self.defined.get(hook or ""))
         raise AssertionError  # unreachable: fail() raises
 
-    def validate_kernels(self, schema: torch._C.FunctionSchema, kw: Keywords) -> None:
+    def validate_kernels(self, table: Arguments, kw: Keywords) -> None:
         """Unannotated kernels must accept the op's arguments; mutates_args must name parameters."""
-        names = [a.name for a in schema.arguments]
+        names = table.names
         for m in kw.mutates_args:
             if m not in names:
                 guess = did_you_mean(m, names)
                 self.fail(None, f"mutates_args names {m!r}, which is not a parameter ({', '.join(names)})", f"did you mean {guess!r}?" if guess else "list parameter names only")
         for hook, fn in self.defined.items():
             if self.hooks[hook].kernel and (not _annotations(fn) or hook in self.partial):
-                problem = schemas.kernel_signature_problem(fn, schema)
+                problem = schemas.kernel_signature_problem(fn, table)
                 if problem is not None:
-                    self.fail(hook, problem, f"write {hook}{_python_params(schema)}{_positional_only(fn, schema)}", fn)
+                    self.fail(hook, problem, f"write {hook}{table.parameters()}{_positional_only(fn, table)}", fn)
             leading = self.hooks[hook].arguments_from
             if leading is not None:
-                problem = schemas.missing_default(fn, schema, leading)
+                problem = schemas.missing_default(fn, table, leading)
                 if problem is not None:
-                    first = list(memo.signature(fn).parameters)[:leading]
-                    self.fail(hook, problem, f"write {hook}{_python_params(schema, first)}", fn)
+                    self.fail(hook, problem, f"write {hook}{table.parameters(list(memo.signature(fn).parameters)[:leading])}", fn)
             if hook in self.partial:
-                problem = schemas.annotation_problem(fn, schema)
+                problem = schemas.annotation_problem(fn, self.schema)
                 if problem is not None:
                     self.fail(hook, problem, "annotate it as the op's schema says, or not at all", fn)
-        if schema._is_view_op():
-            self.fail(None, f"schema {str(schema)!r} declares a view (an alias annotation without '!')", "return fresh Tensors (e.g. x.clone()) with a plain schema")
-        if not any("Tensor" in str(a.type) for a in schema.arguments):
+        if self.schema._is_view_op():
+            self.fail(None, f"schema {str(self.schema)!r} declares a view (an alias annotation without '!')", "return fresh Tensors (e.g. x.clone()) with a plain schema")
+        if not any(a.holds_tensor for a in table):
             device_kernels = [h for h in self.defined if self.hooks[h].backend and self.hooks[h].device_type]
-            if device_kernels and not any(str(a.type) == "Device" for a in schema.arguments):
+            if device_kernels and not any(a.jit == "Device" for a in table):
                 self.fail(device_kernels[0], "an op with no Tensor inputs cannot pick a device kernel", "add a device: torch.device parameter, or define default", self.defined[device_kernels[0]])
 
-    def validate_hooks(self, qualname: str, schema: torch._C.FunctionSchema, signature: inspect.Signature, kw: Keywords) -> None:
+    def validate_hooks(self, qualname: str, table: Arguments, signature: inspect.Signature, kw: Keywords) -> None:
         """Each hook's own check (built-in or third-party), with the schema known."""
         for hook, value in self.defined.items():
             check = self.hooks[hook].check
             if check is not None:
-                check(value, HookContext(self.cls_name, hook, value, qualname, schema, signature, dict(self.defined), kw.tags, kw.existing))
+                check(value, HookContext(self.cls_name, hook, value, qualname, self.schema, signature, dict(self.defined), kw.tags, table, self.hooks, kw.existing))
+
+    def configs(self) -> dict[str, type]:
+        """Parameter name -> config dataclass, from the annotated kernels (none under schema= alone)."""
+        if self._configs is None:
+            self._configs = {}
+            for hook, fn in self.defined.items():
+                if self.hooks[hook].kernel and _annotations(fn):
+                    try:
+                        found = {n: a for n, a in resolve_annotations(fn).items() if isinstance(a, type) and dataclasses.is_dataclass(a)}
+                    except SchemaProblem:
+                        continue
+                    if found:
+                        self._configs = found
+                        break
+        return self._configs
 
     # ------------------------------------------------------------------ 3. build
 
-    def build(self, kw: Keywords, ns: str, name: str, overload: str, schema: torch._C.FunctionSchema, signature: inspect.Signature) -> OpSpec:
-        schema_str = self.schema_text
-        mutated = tuple(i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write)
+    def build(self, kw: Keywords, ns: str, name: str, overload: str, table: Arguments) -> OpSpec:
         return OpSpec(
             qualname=f"{ns}::{name}" + (f".{overload}" if overload else ""),
             namespace=ns,
             name=name,
             overload=overload,
-            schema_str=schema_str,
-            schema=schema,
-            signature=signature,
+            schema_str=self.schema_text,
+            schema=self.schema,
+            arguments=table,
+            signature=schemas.python_signature(table, self.schema),
             tags=kw.tags,
             hooks=dict(self.defined),
+            registry=tuple(self.hooks.values()),
             cls_name=self.cls_name,
-            mutated=mutated,
-            mutated_names=tuple(schema.arguments[i].name for i in mutated),
             existing=kw.existing,
             is_inplace=tagged_inplace(kw.tags),
             is_out=tagged_out(kw.tags),
@@ -380,28 +396,28 @@ class OpBuilder:
         ns, name, overload = self.resolve_name(kw)
         qualname = f"{ns}::{name}" + (f".{overload}" if overload else "")
         if kw.existing:
-            schema, kw = self.existing_schema(kw, qualname)
+            self.schema, kw = self.existing_schema(kw, qualname)
         else:
-            schema = self.derive_schema(kw, qualname)
-        self.validate_kernels(schema, kw)
-        signature = schemas.python_signature(schema)
-        self.validate_hooks(qualname, schema, signature, kw)
-        return self.build(kw, ns, name, overload, schema, signature)
+            self.schema = self.derive_schema(kw, qualname)
+        table = Arguments.of(self.schema, self.configs())
+        self.validate_kernels(table, kw)
+        spec = self.build(kw, ns, name, overload, table)
+        self.validate_hooks(qualname, table, spec.signature, kw)
+        return spec
 
 
 def _unwrap(raw: Any) -> Any:
     return raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
 
 
-def _positional_only(fn: Any, schema: torch._C.FunctionSchema) -> str:
+def _positional_only(fn: Any, table: Arguments) -> str:
     """The other fix for a kernel whose positional parameters have names of its own: make them
     positional-only (callers never pass them by name)."""
     try:
         params = [p for p in memo.signature(fn).parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     except (TypeError, ValueError):
         return ""
-    positional = [a for a in schema.arguments if not a.kwarg_only]
-    if len(params) != len(positional) or [p.name for p in params] == [a.name for a in positional] or any(p.kind is p.POSITIONAL_ONLY for p in params):
+    if len(params) != len(table.positional) or [p.name for p in params] == [a.name for a in table.positional] or any(p.kind is p.POSITIONAL_ONLY for p in params):
         return ""
     return f", or keep its names and make them positional-only: ({', '.join(str(p) for p in params)}, /)"
 
@@ -415,14 +431,3 @@ def _first_parameter(fn: Any) -> str | None:
 
 def _annotations(fn: Any) -> bool:
     return bool(getattr(fn, "__annotations__", None))
-
-
-def _python_params(schema: torch._C.FunctionSchema, leading: Sequence[str] = ()) -> str:
-    """``(x, y=1.0, *, out)``: the parameter list an unannotated kernel should have (after ``leading``)."""
-    parts, star = list(leading), False
-    for a in schema.arguments:
-        if a.kwarg_only and not star:
-            parts.append("*")
-            star = True
-        parts.append(a.name + (f"={a.default_value!r}" if a.has_default_value() else ""))
-    return "(" + ", ".join(parts) + ")"

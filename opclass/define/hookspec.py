@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import torch
 
 from opclass.core import memo
-from opclass.errors import OpDefinitionError, formatdef
+from opclass.errors import definition_error
 
 if TYPE_CHECKING:
+    from opclass.define.arguments import Arguments
     from opclass.install.record import OpRecord  # the install layer is above this one: types only
 
 __all__ = ["Hook", "HookContext", "register_hook", "unregister_hook", "hooks"]
@@ -32,9 +33,12 @@ __all__ = ["Hook", "HookContext", "register_hook", "unregister_hook", "hooks"]
 class HookContext:
     """What a hook's ``check`` sees about the class being defined.
 
-    ``schema`` is the parsed op schema and ``signature`` the op's Python signature; ``defined`` maps
-    every hook the class defines (or inherits) to its value; ``existing``: the class extends an op
-    defined elsewhere. ``fail`` raises the error for this hook.
+    ``schema`` is the parsed op schema, ``arguments`` its arguments (an
+    :class:`~opclass.define.arguments.Arguments` table: names, types, defaults, which are
+    written) and ``signature`` the op's Python signature; ``defined`` maps every hook the class
+    defines (or inherits) to its value, and ``hooks`` every hook the class is validated with by
+    name; ``existing``: the class extends an op defined elsewhere. ``fail`` raises the error for
+    this hook.
 
     Example:
         >>> def check(fn, ctx):
@@ -50,12 +54,13 @@ class HookContext:
     signature: Any
     defined: Mapping[str, Any]
     tags: tuple[torch.Tag, ...]
+    arguments: Arguments
+    hooks: Mapping[str, Hook]
     existing: bool = False
 
     def fail(self, problem: str, fix: str = "") -> None:
         """Raise :class:`OpDefinitionError` for this hook, quoting the user's definition."""
-        where = formatdef(self.cls_name, self.hook, self.value) if callable(self.value) else f"{self.cls_name}.{self.hook}"
-        raise OpDefinitionError(self.cls_name, self.hook, where, problem, fix)
+        raise definition_error(self.cls_name, self.hook, self.value, problem, fix)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +92,9 @@ class Hook:
         arguments_from: the hook's function takes the op's arguments from this parameter on
             (``vmap``: 2, after ``info`` and ``in_dims``); class creation checks that each one
             with a schema default has a default there too, as it does for kernels.
+        fallback: ``fallback(record)``, run for a class that does not define the hook, after
+            every installer ran: what stands in for the hook (``abstract``'s is the fake kernel
+            opclass generates).
 
     Example:
         >>> import opclass
@@ -110,6 +118,7 @@ class Hook:
     occupies: Callable[[Any], Sequence[tuple[Sequence[str], str, str]]] | None = None
     aliases: tuple[str, ...] = ()
     arguments_from: int | None = None
+    fallback: Callable[["OpRecord"], None] | None = None
 
 
 _HOOKS: dict[str, Hook] = {}

@@ -20,7 +20,9 @@ from torch import _C
 
 from opclass.core import memo
 from opclass.core.compat import tagged_inplace, tagged_out
-from opclass.define.annotations import BASE_TYPES, SchemaProblem, default_text, param_type, resolve_annotations, return_type, suggest_annotation
+from opclass.core.types import BY_JIT, returns_of
+from opclass.define.annotations import SchemaProblem, default_text, param_type, resolve_annotations, return_type, suggest_annotation
+from opclass.define.arguments import Arguments
 
 
 def derive(fn: Any, mutates_args: Sequence[str], tags: Sequence[torch.Tag]) -> str:
@@ -103,22 +105,22 @@ def tensor_parameters(fn: Any) -> tuple[str, ...]:
 def tag_problem(schema: torch._C.FunctionSchema, tags: Sequence[torch.Tag]) -> tuple[str, str] | None:
     """``(problem, fix)`` when an explicit schema breaks the rules of ``Tag.inplace``/``Tag.out``
     (the same rules :func:`derive` applies to annotations)."""
-    args, returns = list(schema.arguments), list(schema.returns)
-    written = [a for a in args if a.alias_info is not None and a.alias_info.is_write]
+    table, returns = Arguments.of(schema), list(schema.returns)
+    written = table.written
 
     def aliases(x: Any) -> set[str]:
         return set(x.alias_info.before_set) if x.alias_info is not None else set()
 
     if tagged_inplace(tags):
-        first = args[0] if args and not args[0].kwarg_only else None
-        if first is None or str(first.type) != "Tensor" or [a.name for a in written] != [first.name]:
+        first = table.positional[0] if table.positional else None
+        if first is None or first.jit != "Tensor" or written != (first,):
             return "Tag.inplace needs the first parameter to be a Tensor that is the only one mutated", "write e.g. schema='(Tensor(a!) x, float k) -> Tensor(a!)'"
-        if len(returns) != 1 or str(returns[0].type) != "Tensor" or aliases(returns[0]) != aliases(first):
+        if returns_of(schema) != ("Tensor",) or aliases(returns[0]) != aliases(schema.arguments[0]):
             return "Tag.inplace needs the op to return its first argument", "end the schema with -> Tensor(a!), the first argument's alias"
     if tagged_out(tags):
-        if not written or any(not a.kwarg_only or str(a.type) != "Tensor" for a in written):
+        if not written or any(not a.keyword_only or a.jit != "Tensor" for a in written):
             return "Tag.out needs the mutated arguments to be keyword-only Tensors", "write e.g. schema='(Tensor x, *, Tensor(a!) out) -> Tensor(a!)'"
-        if len(returns) != len(written) or any(aliases(r) != aliases(a) for r, a in zip(returns, written)):
+        if len(returns) != len(written) or any(aliases(r) != aliases(schema.arguments[a.index]) for r, a in zip(returns, written)):
             return "Tag.out needs the op to return its out arguments, in order", "write the returns as their aliases, e.g. -> (Tensor(a!), Tensor(b!))"
     return None
 
@@ -128,39 +130,28 @@ def parse(qualname: str, schema: str) -> torch._C.FunctionSchema:
     return torch._C.parse_schema(qualname + schema)
 
 
-def mutated_names(schema: torch._C.FunctionSchema) -> list[str]:
-    """Names of the arguments the schema marks as written to."""
-    return [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
-
-
 def describe_difference(a: torch._C.FunctionSchema, b: torch._C.FunctionSchema) -> str | None:
     """The first way two schemas differ, in words; ``None`` if they are the same."""
-    if len(a.arguments) != len(b.arguments):
-        return f"{len(a.arguments)} vs {len(b.arguments)} parameters"
-    for x, y in zip(a.arguments, b.arguments):
+    first, second = Arguments.of(a), Arguments.of(b)
+    if len(first) != len(second):
+        return f"{len(first)} vs {len(second)} parameters"
+    for x, y in zip(first, second):
         if x.name != y.name:
             return f"parameter {x.name!r} vs {y.name!r}"
-        if str(x.real_type) != str(y.real_type):
-            return f"parameter {x.name!r} is {x.real_type} vs {y.real_type}"
-        if x.kwarg_only != y.kwarg_only:
+        if x.jit != y.jit:
+            return f"parameter {x.name!r} is {x.jit} vs {y.jit}"
+        if x.keyword_only != y.keyword_only:
             return f"parameter {x.name!r} is keyword-only in one only"
-        if x.has_default_value() != y.has_default_value() or (
-            x.has_default_value() and x.default_value != y.default_value
-        ):
-            dx = x.default_value if x.has_default_value() else "no default"
-            dy = y.default_value if y.has_default_value() else "no default"
+        if x.schema_default != y.schema_default:
+            dx = x.schema_default if x.has_default else "no default"
+            dy = y.schema_default if y.has_default else "no default"
             return f"parameter {x.name!r} default {dx!r} vs {dy!r}"
-    ra = [str(r.real_type) for r in a.returns]
-    rb = [str(r.real_type) for r in b.returns]
-    if ra != rb:
-        return f"returns ({', '.join(ra)}) vs ({', '.join(rb)})"
+    if returns_of(a) != returns_of(b):
+        return f"returns ({', '.join(returns_of(a))}) vs ({', '.join(returns_of(b))})"
     return None
 
 
 # --------------------------------------------------------------------------- Python side
-
-# JIT type (``Argument.real_type``) -> annotation: the annotations table read backwards.
-_PY_TYPES: dict[str, Any] = {{"SymInt": "int", "Scalar": "number"}.get(schema_type, schema_type): ann for ann, schema_type in BASE_TYPES.items()}
 
 
 def _py_type(t: str) -> Any:
@@ -171,7 +162,8 @@ def _py_type(t: str) -> Any:
         return list[_py_type(t[len("List["):-1])]  # type: ignore[misc]
     if t.startswith("Tuple[") and t.endswith("]"):
         return tuple[tuple(_py_type(e) for e in _split_types(t[len("Tuple["):-1]))]  # type: ignore[misc]
-    return _PY_TYPES.get(t, typing.Any)
+    row = BY_JIT.get(t)
+    return row.annotation if row is not None else typing.Any
 
 
 def _split_types(text: str) -> list[str]:
@@ -187,48 +179,13 @@ def _split_types(text: str) -> list[str]:
     return parts
 
 
-def _dtype_from_code(code: int) -> Any:
-    """The dtype the schema parser stores as ``code`` (it keeps ScalarType defaults as enum ints)."""
-    if not _DTYPE_CODES:
-        for d in vars(torch).values():
-            if isinstance(d, torch.dtype) and d not in _DTYPE_CODES.values():
-                try:
-                    arg = torch._C.parse_schema(f"x::f(ScalarType d={default_text(d, 'ScalarType')}) -> ()").arguments[0]
-                except (RuntimeError, SchemaProblem):
-                    continue
-                if isinstance(arg.default_value, int):
-                    _DTYPE_CODES[arg.default_value] = d
-    return _DTYPE_CODES.get(code, code)
-
-
-_DTYPE_CODES: dict[int, torch.dtype] = {}
-
-
-def _py_default(arg: torch._C.Argument) -> Any:
-    value = arg.default_value
-    t = str(arg.real_type)
-    if value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        if "ScalarType" in t:
-            return _dtype_from_code(value)
-        if "Layout" in t:
-            return torch.strided
-        if "MemoryFormat" in t:
-            return torch.contiguous_format
-    if isinstance(value, list):
-        return tuple(value)
-    return value
-
-
-def python_signature(schema: torch._C.FunctionSchema) -> inspect.Signature:
+def python_signature(arguments: Arguments, schema: torch._C.FunctionSchema) -> inspect.Signature:
     """An ``inspect.Signature`` for the op, used for ``inspect.signature(MyOp)`` and the call function."""
-    params = []
-    for a in schema.arguments:
-        kind = inspect.Parameter.KEYWORD_ONLY if a.kwarg_only else inspect.Parameter.POSITIONAL_OR_KEYWORD
-        default = _py_default(a) if a.has_default_value() else inspect.Parameter.empty
-        params.append(inspect.Parameter(a.name, kind, default=default, annotation=_py_type(str(a.real_type))))
-    returns = [_py_type(str(r.real_type)) for r in schema.returns]
+    params = [
+        inspect.Parameter(a.name, inspect.Parameter.KEYWORD_ONLY if a.keyword_only else inspect.Parameter.POSITIONAL_OR_KEYWORD, default=a.default, annotation=_py_type(a.jit))
+        for a in arguments
+    ]
+    returns = [_py_type(r) for r in returns_of(schema)]
     ret: Any = None if not returns else returns[0] if len(returns) == 1 else tuple[tuple(returns)]  # type: ignore[misc]
     return inspect.Signature(params, return_annotation=ret)
 
@@ -237,15 +194,16 @@ def annotation_problem(fn: Any, schema: torch._C.FunctionSchema) -> str | None:
     """For a hook annotated only in part: what it does annotate must agree with the schema."""
     try:
         annotations = resolve_annotations(fn)
-        arguments = {a.name: a for a in schema.arguments}
+        table = Arguments.of(schema)
         for name, ann in annotations.items():
-            if name in arguments:
+            if name in table.names:
                 got = param_type(ann)
-                if str(parse("opclass::check", f"({got} a) -> ()").arguments[0].real_type) != str(arguments[name].real_type):
-                    return f"parameter {name!r} is annotated {got}, but the op's schema says {arguments[name].real_type}"
+                jit = Arguments.of(parse("opclass::check", f"({got} a) -> ()"))[0].jit
+                if jit != table[name].jit:
+                    return f"parameter {name!r} is annotated {got}, but the op's schema says {table[name].jit}"
         if "return" in annotations:
             got = return_type(annotations["return"])
-            if [str(r.real_type) for r in parse("opclass::check", f"() -> {got}").returns] != [str(r.real_type) for r in schema.returns]:
+            if returns_of(parse("opclass::check", f"() -> {got}")) != returns_of(schema):
                 return f"the return is annotated {got}, but the op returns {str(schema).rpartition(' -> ')[2]}"
     except SchemaProblem as e:
         return e.problem
@@ -269,7 +227,7 @@ def receiver_problem(sig: inspect.Signature) -> tuple[str, str] | None:
     return f"its first parameter is {first!r}, which is no argument of the op: {where}", f"drop {first!r}, keeping @staticmethod: ({rest})"
 
 
-def kernel_signature_problem(fn: Any, schema: torch._C.FunctionSchema) -> str | None:
+def kernel_signature_problem(fn: Any, table: Arguments) -> str | None:
     """Why an unannotated kernel cannot take the op's arguments, or ``None`` if it can."""
     try:
         sig = memo.signature(fn)
@@ -278,21 +236,21 @@ def kernel_signature_problem(fn: Any, schema: torch._C.FunctionSchema) -> str | 
     ps = list(sig.parameters.values())
     if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in ps):
         return None
-    expected = [a.name for a in schema.arguments]
+    expected = table.names
     # A positional-only parameter is matched by position: callers never pass it by name.
-    names = [expected[i] if p.kind is p.POSITIONAL_ONLY and i < len(expected) and not schema.arguments[i].kwarg_only else p.name for i, p in enumerate(ps)]
+    names = [expected[i] if p.kind is p.POSITIONAL_ONLY and i < len(expected) and not table[i].keyword_only else p.name for i, p in enumerate(ps)]
     receiver = receiver_problem(sig) if names[:1] != expected[:1] else None
     if receiver is not None:
         return receiver[0]
     if names != expected:
         return f"its parameters ({', '.join(p.name for p in ps)}) do not match the op's ({', '.join(expected)})"
-    for p, a in zip(ps, schema.arguments):
-        if a.kwarg_only != (p.kind is p.KEYWORD_ONLY) and p.kind is not p.POSITIONAL_ONLY:
-            return f"parameter {p.name!r} must {'' if a.kwarg_only else 'not '}be keyword-only"
-    return missing_default(fn, schema)
+    for p, a in zip(ps, table):
+        if a.keyword_only != (p.kind is p.KEYWORD_ONLY) and p.kind is not p.POSITIONAL_ONLY:
+            return f"parameter {p.name!r} must {'' if a.keyword_only else 'not '}be keyword-only"
+    return missing_default(fn, table)
 
 
-def missing_default(fn: Any, schema: torch._C.FunctionSchema, skip: int = 0) -> str | None:
+def missing_default(fn: Any, table: Arguments, skip: int = 0) -> str | None:
     """Why ``fn``, which takes the op's arguments after its first ``skip`` parameters, fails when
     a caller leaves out an argument with a default, or ``None``."""
     try:
@@ -301,14 +259,12 @@ def missing_default(fn: Any, schema: torch._C.FunctionSchema, skip: int = 0) -> 
         return None
     positional = [p for p in ps if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     keyword = {p.name: p for p in ps if p.kind is p.KEYWORD_ONLY}
-    for i, a in enumerate(x for x in schema.arguments if not x.kwarg_only):
-        # The dispatcher drops arguments equal to their default before calling a Python kernel.
-        if a.has_default_value() and i < len(positional) and positional[i].default is positional[i].empty:
-            return f"parameter {positional[i].name!r} needs a default (the schema gives {a.name}={a.default_value!r})"
-    for a in schema.arguments:
-        p = keyword.get(a.name)
-        if a.kwarg_only and a.has_default_value() and p is not None and p.default is p.empty:
-            return f"parameter {p.name!r} needs a default (the schema gives {a.name}={a.default_value!r})"
+    # The dispatcher drops arguments equal to their default before calling a Python kernel.
+    mine = [(a, positional[i] if i < len(positional) else None) for i, a in enumerate(table.positional)]
+    mine += [(a, keyword.get(a.name)) for a in table.keyword_only]
+    for a, p in mine:
+        if a.has_default and p is not None and p.default is p.empty:
+            return f"parameter {p.name!r} needs a default (the schema gives {a.name}={a.schema_default!r})"
     return None
 
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from opclass.define.arguments import Arguments
+from opclass.define.hookspec import Hook
 
 __all__ = ["Keywords", "OpSpec"]
 
@@ -37,7 +39,7 @@ class Keywords:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class OpSpec:
-    """What an op class defines: its name, schema, tags and hooks. Frozen: installs only read it."""
+    """What an op class defines: its name, schema, arguments, tags and hooks. Frozen: installs only read it."""
 
     #: ``"ns::name"`` or ``"ns::name.overload"``.
     qualname: str
@@ -49,26 +51,39 @@ class OpSpec:
     overload: str
     #: The schema without the name, e.g. ``"(Tensor x) -> Tensor"``.
     schema_str: str
-    #: The parsed schema, as ``torch.ops.ns.name.default._schema`` has it.
+    #: The parsed schema.
     schema: torch._C.FunctionSchema
-    #: The kernels' Python signature (parameters, defaults, keyword-only markers), used to bind calls.
+    #: The op's arguments, each once (:mod:`opclass.define.arguments`).
+    arguments: Arguments
+    #: The op's Python signature (``inspect.signature(MyOp)``).
     signature: inspect.Signature
     #: The ``torch.Tag`` values of the class's ``tags=`` keyword.
     tags: tuple[torch.Tag, ...]
     #: Each defined hook's raw value by hook name; an extension finds its own as ``record.hooks["inverse"]``.
     hooks: dict[str, Any]
+    #: The hook registry as the class was validated with it, in registry (installation) order:
+    #: installs run these hooks, and no others, whatever the registry holds by then.
+    registry: tuple[Hook, ...]
     #: The defining class's ``__name__``, as error messages name it.
     cls_name: str
-    #: Positions (in schema order) of the arguments the op writes to.
-    mutated: tuple[int, ...] = ()
-    #: Names of the arguments the op writes to, in the order of ``mutated``.
-    mutated_names: tuple[str, ...] = ()
     #: ``existing=True``: the class extends an op defined elsewhere (its install defines nothing).
     existing: bool = False
     #: Tagged ``Tag.inplace``: the op mutates and returns its first argument.
     is_inplace: bool = False
     #: Tagged ``Tag.out``: the op writes into keyword-only ``out`` Tensors and returns them.
     is_out: bool = False
+
+    #: Positions (in schema order) of the arguments the op writes to.
+    mutated: tuple[int, ...] = dataclasses.field(init=False)
+    #: Names of the arguments the op writes to, in schema order.
+    mutated_names: tuple[str, ...] = dataclasses.field(init=False)
+    #: Parameter name -> config dataclass (an opaque value type torch must know).
+    configs: dict[str, type] = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        written, configs = self.arguments.written, {a.name: a.config for a in self.arguments if a.config is not None}
+        for name, value in (("mutated", tuple(a.index for a in written)), ("mutated_names", tuple(a.name for a in written)), ("configs", configs)):
+            object.__setattr__(self, name, value)
 
     @property
     def is_functional(self) -> bool:
@@ -78,3 +93,7 @@ class OpSpec:
     def overload_name(self) -> str:
         """``name`` or ``name.overload``, as ``Library.define`` wants it."""
         return f"{self.name}.{self.overload}" if self.overload else self.name
+
+    def where(self, hook: str) -> str:
+        """How errors name a hook of this op: ``"ns::op (Cls.cpu)"``."""
+        return f"{self.qualname} ({self.cls_name}.{hook})"

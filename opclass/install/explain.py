@@ -13,15 +13,15 @@ from typing import Any, Callable
 
 import torch
 
-# Schema base types shown as the Python annotation a user writes.
-_PYTHON = {"SymInt": "int", "SymFloat": "float", "SymBool": "bool", "Scalar": "Number", "ScalarType": "torch.dtype", "Device": "torch.device"}
+from opclass.core.types import BY_SCHEMA, returns_of
+
 _WANT = {"Tensor": "a Tensor", "float": "a float", "int": "an int", "bool": "a bool", "Number": "a number", "str": "a str"}
 _NUMBERS = (bool, int, float, complex)
 
 
 def return_kinds(schema: torch._C.FunctionSchema) -> list[str]:
     """The schema text of each return (``Tensor``, ``Tensor?``, ``float[]``), names and aliases dropped."""
-    return [_schema_type(str(r.real_type)) for r in schema.returns]
+    return [_schema_type(r) for r in returns_of(schema)]
 
 
 def _schema_type(jit: str) -> str:
@@ -40,7 +40,8 @@ def python_type(kind: str) -> str:
     if kind.endswith("[]"):
         return f"list[{python_type(kind[:-2])}]"
     # A JIT type with no schema spelling (the 1-tuple of -> tuple[Tensor]) keeps its own.
-    return _PYTHON.get(kind, kind.replace("Tuple[", "tuple[").replace("List[", "list["))
+    row = BY_SCHEMA.get(kind)
+    return row.shown if row is not None else kind.replace("Tuple[", "tuple[").replace("List[", "list[")
 
 
 def annotation(kinds: list[str]) -> str:
@@ -81,7 +82,7 @@ def _short(value: Any) -> str:
     return type(value).__name__
 
 
-def describe(value: Any) -> str:
+def describe_value(value: Any) -> str:
     """``a tuple (Tensor, Tensor)``, ``the float 3.0``, ``a NumPy array (float64, shape (3,))``..."""
     if value is None:
         return "None"
@@ -155,7 +156,7 @@ def explain(where: str, schema: torch._C.FunctionSchema, result: Any, accepts: C
     promised = annotation(kinds)
     if not kinds:
         return (
-            f"{where} returned {describe(result)}, but the op returns nothing ({promised}): drop the return value "
+            f"{where} returned {describe_value(result)}, but the op returns nothing ({promised}): drop the return value "
             "(a kernel of a mutating op writes its inputs in place and returns None), or declare the output (e.g. -> Tensor)"
         )
     if len(kinds) == 1:
@@ -164,13 +165,13 @@ def explain(where: str, schema: torch._C.FunctionSchema, result: Any, accepts: C
         fix = f"return a tuple of {len(kinds)} values (return a, b{', ...' if len(kinds) > 2 else ''})"
         if isinstance(result, torch.Tensor):
             fix += ", or declare one output (-> Tensor)"
-        return f"{where} returned {describe(result)}, but the op returns {len(kinds)} values ({promised}): {fix}"
+        return f"{where} returned {describe_value(result)}, but the op returns {len(kinds)} values ({promised}): {fix}"
     else:
         found = next((f for i, (k, v) in enumerate(zip(kinds, result)) if (f := _misfit(k, v, f"[{i}]", accepts)) is not None), None)
     if found is None:
-        return f"{where} returned {describe(result)}, which the dispatcher cannot convert to {promised}: return a value of that type"
+        return f"{where} returned {describe_value(result)}, which the dispatcher cannot convert to {promised}: return a value of that type"
     path, kind, value = found
     fix = _fix(kind, value, single=len(kinds) == 1 and not path)
     if not path:
-        return f"{where} returned {describe(value)}, but the op returns {_want(kind)} ({promised}): {fix}"
-    return f"{where} returned {describe(result)} whose item {path} is {describe(value)}, but {_want(kind)} belongs there ({promised}): {fix}"
+        return f"{where} returned {describe_value(value)}, but the op returns {_want(kind)} ({promised}): {fix}"
+    return f"{where} returned {describe_value(result)} whose item {path} is {describe_value(value)}, but {_want(kind)} belongs there ({promised}): {fix}"

@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 from typing import TYPE_CHECKING, Any, Callable
@@ -20,39 +21,55 @@ from torch import _C
 
 from opclass.core import native
 from opclass.core.shield import shield
+from opclass.core.types import holds_tensor, returns_of
 from opclass.install.outputs import output_is_fresh
 
 if TYPE_CHECKING:
     from opclass.install.record import Kernel, OpRecord
 
-__all__ = ["Call", "Functions", "functions", "functorch_entry", "call_below_autograd", "AFTER_AUTOGRAD"]
+__all__ = ["Call", "Formula", "Functions", "functions", "functorch_entry", "call_below_autograd", "AFTER_AUTOGRAD"]
 
 AFTER_AUTOGRAD = _C._after_autograd_keyset
 _MAKE = threading.Lock()
 
 
+@dataclasses.dataclass(slots=True, eq=False)
 class Call:
-    """Per-call facts passed to ``forward`` as the last ``apply`` input (a pytree leaf)."""
+    """Per-call facts passed to ``forward`` as the last ``apply`` input (a pytree leaf): the
+    dispatcher's key set (``None`` on the eager fast path), the counts of positional arguments
+    and the keyword names passed, and the backend kernel the fast path already chose."""
 
-    __slots__ = ("keyset", "n_args", "kw_names", "kernel")
-
-    def __init__(self, keyset: Any, n_args: int, kw_names: tuple[str, ...], kernel: Callable[..., Any] | None = None) -> None:
-        self.keyset = keyset  # from the dispatcher; None on the eager fast path
-        self.n_args = n_args
-        self.kw_names = kw_names
-        self.kernel = kernel  # the backend kernel the fast path already chose
+    keyset: Any
+    n_args: int
+    kw_names: tuple[str, ...]
+    kernel: Callable[..., Any] | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class Formula:
+    """An op's autograd formula, as the hooks that give one hand it over: ``backward(ctx, *grads)``,
+    ``setup_context(ctx, inputs, output)`` (or with ``setup_keywords``, ``(ctx, inputs,
+    keyword_only_inputs, output)``) and ``jvp(ctx, *tangents)``. Where one is missing, ``missing``
+    / ``missing_jvp`` says how to give it, in the error a backward / forward-mode AD raises."""
+
+    backward: Callable[..., Any] | None = None
+    setup_context: Callable[..., Any] | None = None
+    setup_keywords: bool = False
+    jvp: Callable[..., Any] | None = None
+    missing: str = ""
+    missing_jvp: str = ""
+    #: How errors name the hook whose ``backward`` returned a wrong result.
+    where: str = ""
+
+
+@dataclasses.dataclass(slots=True, eq=False)
 class Functions:
     """An op's Functions: ``generic``, which the dispatcher's Autograd kernel applies (its forward
     redispatches below autograd), and ``fast``, by device type, which the eager fast path applies
     (its forward calls that device's kernel, nothing else; ops without keyword-only arguments)."""
 
-    __slots__ = ("generic", "fast")
-
-    def __init__(self, generic: type[torch.autograd.Function], fast: dict[str, type[torch.autograd.Function]]) -> None:
-        self.generic = generic
-        self.fast = fast
+    generic: type[torch.autograd.Function]
+    fast: dict[str, type[torch.autograd.Function]]
 
 
 def functions(record: OpRecord) -> Functions:
@@ -64,7 +81,7 @@ def functions(record: OpRecord) -> Functions:
             if made is None:
                 make_generic, make_fast = _formulas(record)
                 plan = record.plan
-                fast = plan is not None and plan.grad == "function" and not any(a.kwarg_only for a in record.schema.arguments)
+                fast = plan is not None and plan.grad == "function" and not record.arguments.keyword_only
                 made = record.functions = Functions(make_generic(), {d: make_fast(k) for d, k in plan.kernels.items()} if fast and plan else {})
     return made
 
@@ -84,39 +101,36 @@ def functorch_entry(record: OpRecord) -> Callable[..., Any]:
 
 def _formulas(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Function]], Callable[[Kernel], type[torch.autograd.Function]]]:
     """What the op's Functions are made of: ``(make_generic(), make_fast(kernel))``."""
-    schema = record.schema
-    positional = [a for a in schema.arguments if not a.kwarg_only]
-    kw_only = [a for a in schema.arguments if a.kwarg_only]
+    schema, table = record.schema, record.arguments
+    positional, kw_only = table.positional, table.keyword_only
     # The dispatcher drops trailing arguments equal to their default; setup_context sees them all.
-    pos_defaults = [record.signature.parameters[a.name].default for a in positional]
-    kw_defaults = {a.name: record.signature.parameters[a.name].default for a in kw_only if a.has_default_value()}
+    pos_defaults = [a.default for a in positional]
+    kw_defaults = {a.name: a.default for a in kw_only if a.has_default}
     n_pos = len(positional)
     # backward may stop after the arguments a caller can pass (torch's convention), so at the
     # first of the trailing defaulted ones.
-    required = n_pos - len(list(itertools.takewhile(lambda a: a.has_default_value(), reversed(positional))))
+    required = n_pos - len(list(itertools.takewhile(lambda a: a.has_default, reversed(positional))))
     kw_index = {a.name: n_pos + i for i, a in enumerate(kw_only)}
     qualname = record.qualname
     cls_name = record.cls_name
+    formula = record.formula or Formula()
+    no_formula = f"Trying to backward through {qualname} ({cls_name}), but no autograd formula was registered" + (f": {formula.missing}" if formula.missing else "")
     # The user's setup_context, called in its own form (no adapter frame).
-    user_setup, setup_kw = record.setup_context, record.setup_keywords
+    user_setup, setup_kw, user_backward_fn, user_jvp = formula.setup_context, formula.setup_keywords, formula.backward, formula.jvp
     fresh, single, finish = output_is_fresh(), record.outputs.single, record.outputs.finish
     below = call_below_autograd()
     below_guard = None if native.native_module() is not None else _C._AutoDispatchBelowAutograd
     entry: Callable[..., Any] = record.functorch_entry or record.op  # type: ignore[assignment]
 
-    where = record.where("backward")
+    where = formula.where or f"{qualname} ({cls_name})"
     n_kw = len(kw_only)
     # What a gradient may be for: schema types with no Tensor in them take None only.
-    not_tensors = [(i, a.name, str(a.type)) for i, a in enumerate((*positional, *kw_only)) if "Tensor" not in str(a.type)]
+    not_tensors = [(i, a.name, a.jit) for i, a in enumerate((*positional, *kw_only)) if not a.holds_tensor]
     # torch's Tensor-list support wants a list of gradients for a list of Tensors, and reads an
     # empty list of anything as one: None for the whole list becomes one None per element.
-    list_positions = tuple(i for i, a in enumerate(positional) if str(a.type).startswith("List[")) if _has_lists(schema) else ()
-    tensor_lists = {i for i in list_positions if "Tensor" in str(positional[i].type)}
-    default = record.kernels.get(None)
-    no_formula = (
-        f"Trying to backward through {qualname} ({cls_name}), but no autograd formula was registered: "
-        + (f"add eager_autograd = True to class {cls_name} (autograd then differentiates through {cls_name}.default, made of torch ops), or define setup_context and backward" if default is not None and default.hook == "default" else f"define {cls_name}.setup_context and {cls_name}.backward")
-    )
+    lists = has_tensor_lists(record)
+    list_positions = tuple(a.index for a in positional if a.jit.startswith("List[")) if lists else ()
+    tensor_lists = {i for i in list_positions if positional[i].holds_tensor}
 
     def passed(args: tuple[Any, ...]) -> int:
         """The positional arguments a call passed, as the dispatcher counts them: trailing ones
@@ -138,9 +152,9 @@ def _formulas(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Functi
             )
 
     def user_backward(ctx: Any, grads: tuple[Any, ...]) -> tuple[Any, ...]:
-        if record.backward is None:
+        if user_backward_fn is None:
             raise RuntimeError(no_formula)
-        raw = record.backward(ctx, *grads)
+        raw = user_backward_fn(ctx, *grads)
         result: tuple[Any, ...] = raw if isinstance(raw, tuple) else (raw,)
         n, given = len(result), getattr(ctx, "_opclass_passed", n_pos)
         if n == given and n < n_pos:
@@ -196,14 +210,11 @@ def _formulas(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Functi
 
     def jvp(ctx: Any, *tangents: Any) -> Any:
         call: Call = ctx._opclass_call
-        if record.jvp is None:
-            raise RuntimeError(
-                f"Trying to use forward-mode AD with {qualname} but no forward-mode formula was registered: "
-                f"define jvp on {cls_name}"
-            )
+        if user_jvp is None:
+            raise RuntimeError(f"Trying to use forward-mode AD with {qualname} but no forward-mode formula was registered" + (f": {formula.missing_jvp}" if formula.missing_jvp else ""))
         # One tangent per positional input (None past those given), as backward returns grads.
         pos = tuple(tangents[: call.n_args]) + (None,) * (n_pos - call.n_args)
-        return record.jvp(ctx, *pos)
+        return user_jvp(ctx, *pos)
 
     def backward(ctx: Any, *grads: Any) -> Any:
         call: Call = ctx._opclass_call
@@ -254,7 +265,7 @@ def _formulas(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Functi
             return user_backward(ctx, grads)
 
         # Same class name as the dispatcher's Function: grad_fn reads the same on both paths.
-        return _function_class(f"{cls_name}Function", fast_forward, fast_backward, schema, f"{cls_name}Function[{k.hook}]")
+        return _function_class(f"{cls_name}Function", fast_forward, fast_backward, lists, f"{cls_name}Function[{k.hook}]")
 
     def vmap(info: Any, in_dims: tuple[Any, ...], *flat: Any) -> Any:
         # A vmap level under a grad/jvp level: batch the op itself (its vmap hook, or torch's
@@ -268,7 +279,7 @@ def _formulas(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Functi
         return out, (0,) * len(out) if isinstance(out, tuple) else 0
 
     def make_generic() -> type[torch.autograd.Function]:
-        if _has_lists(schema):
+        if lists:
             # torch's supports_tensorlist wraps only forward(ctx, ...)-style Functions: Tensor-list
             # ops keep that style, and so get no torch.func transforms and no jvp.
             def forward_with_ctx(ctx: Any, *flat: Any) -> Any:
@@ -276,28 +287,21 @@ def _formulas(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Functi
                 setup_context(ctx, flat, out)
                 return out
 
-            return _function_class(f"{cls_name}Function", forward_with_ctx, backward, schema)
-        return _function_class(f"{cls_name}Function", forward, backward, schema, setup_context=setup_context, jvp=jvp, vmap=vmap)
+            return _function_class(f"{cls_name}Function", forward_with_ctx, backward, lists)
+        return _function_class(f"{cls_name}Function", forward, backward, lists, setup_context=setup_context, jvp=jvp, vmap=vmap)
 
     return make_generic, fast_function
 
 
-def _function_class(
-    name: str,
-    forward: Callable[..., Any],
-    backward: Callable[..., Any],
-    schema: Any,
-    qualname: str | None = None,
-    **extra: Callable[..., Any],
-) -> type[torch.autograd.Function]:
-    body: dict[str, Any] = {"forward": staticmethod(forward), "backward": staticmethod(backward)}
-    body.update({k: staticmethod(v) for k, v in extra.items()})
+def _function_class(name: str, forward: Callable[..., Any], backward: Callable[..., Any], lists: bool, qualname: str | None = None, **extra: Callable[..., Any]) -> type[torch.autograd.Function]:
+    # torch's autograd.Function method names, given as keywords.
+    body: dict[str, Any] = {k: staticmethod(v) for k, v in dict(extra, forward=forward, backward=backward).items()}
     for method in body.values():
         shield(method.__func__)
     fn_cls = type(name, (torch.autograd.Function,), body)
     fn_cls.__module__ = __name__
     fn_cls.__qualname__ = qualname or name
-    if _has_lists(schema):
+    if lists:
         from torch._library.autograd import supports_tensorlist
 
         fn_cls = supports_tensorlist(fn_cls)
@@ -325,9 +329,9 @@ def call_below_autograd() -> Callable[..., Any]:
     return below
 
 
-def _has_lists(schema: Any) -> bool:
+def has_tensor_lists(record: OpRecord) -> bool:
     """Tensor-list arguments or returns."""
-    return any("List[" in str(a.type) and "Tensor" in str(a.type) for a in (*schema.arguments, *schema.returns))
+    return any(t.startswith(("List[", "Optional[List[")) and holds_tensor(t) for t in (*(a.jit for a in record.arguments), *returns_of(record.schema)))
 
 
 def _is_default(value: Any, default: Any) -> bool:

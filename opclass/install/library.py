@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from opclass.core.compat import register_config
+from opclass.core.names import DEFAULT_OVERLOAD
 from opclass.core.shield import shield
 from opclass.install.plan import Registration
 
@@ -40,6 +42,8 @@ class OpLibrary(torch.library.Library):
         self.registrations: list[Registration] = []
         #: The hook whose installer runs now (``None``: opclass's own registrations).
         self.installing: str | None = None
+        #: Config classes this install registered with torch (taken back with the op where torch can).
+        self.configs: list[type] = []
 
     def _releasable(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         shield(fn)
@@ -57,7 +61,7 @@ class OpLibrary(torch.library.Library):
     def impl(self, op_name: Any, fn: Any, dispatch_key: str = "", *, with_keyset: bool = False, allow_override: bool = True) -> None:
         if callable(fn):
             name = f"{op_name._schema.name}.{op_name._overloadname}" if isinstance(op_name, torch._ops.OpOverload) else str(op_name)
-            name = name.rpartition("::")[2].removesuffix(".default")
+            name = name.rpartition("::")[2].removesuffix(f".{DEFAULT_OVERLOAD}")
             self.registrations.append(Registration(name, dispatch_key or "CompositeImplicitAutograd", fn, self.installing))
         super().impl(op_name, self._releasable(fn) if callable(fn) else fn, dispatch_key, with_keyset=with_keyset, allow_override=allow_override)  # type: ignore[no-untyped-call]
 
@@ -81,9 +85,11 @@ def _removed(*args: Any, **kwargs: Any) -> Any:
 
 def open_library(record: OpRecord) -> None:
     """Give the install its fragment, which owns every registration it makes, and its op: defined
-    here, or (``existing=True``) the op defined elsewhere."""
+    here (its config classes registered with torch first), or (``existing=True``) the op defined
+    elsewhere."""
     lib = record.lib = OpLibrary(record.namespace)
     if not record.existing:
+        lib.configs = [cls for cls in record.configs.values() if register_config(cls)]
         tags = tuple(record.tags)
         if torch.Tag.pt2_compliant_tag not in tags:
             tags += (torch.Tag.pt2_compliant_tag,)
@@ -92,5 +98,5 @@ def open_library(record: OpRecord) -> None:
 
 
 def overload(namespace: str, name: str, overload: str) -> Any:
-    """``torch.ops.namespace.name.overload`` (``""``: the default overload)."""
-    return getattr(getattr(getattr(torch.ops, namespace), name), overload or "default")
+    """``torch.ops.namespace.name.overload`` (``""``: the overload torch names by its own word)."""
+    return getattr(getattr(getattr(torch.ops, namespace), name), overload or DEFAULT_OVERLOAD)

@@ -96,20 +96,20 @@ _RETURNS_MUTATED = (
 
 
 class Contract:
-    """The output contract of one op: :meth:`finish` is the whole rule; ``single`` says when a
-    fresh result is final without it (the op returns one Tensor, not an argument of its own)."""
+    """The output contract of one op (its schema, tags and the names of the arguments it writes):
+    :meth:`finish` is the whole rule; ``single`` says when a fresh result is final without it (the
+    op returns one Tensor, not an argument of its own)."""
 
     __slots__ = ("kind", "n_returns", "single", "is_exact", "convert", "outs", "mutates")
 
-    def __init__(self, schema: torch._C.FunctionSchema, tags: Sequence[torch.Tag]) -> None:
-        written = [a for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    def __init__(self, schema: torch._C.FunctionSchema, tags: Sequence[torch.Tag], written: Sequence[str] = ()) -> None:
         self.kind = "inplace" if tagged_inplace(tags) else "out" if tagged_out(tags) else "functional" if schema.returns else "none"
         self.n_returns = len(schema.returns)
         # A fresh Tensor cannot alias an input, mutated ones included: final as it is.
         self.single = self.kind == "functional" and returns_of(schema) == ("Tensor",)
         self.is_exact = exact_predicate(schema)
         self.convert = converter(schema)
-        self.outs = tuple(a.name for a in written)
+        self.outs = tuple(written)
         self.mutates = bool(written)
 
     def finish(self, where: str, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Any:
@@ -205,7 +205,7 @@ def converter(schema: torch._C.FunctionSchema) -> Callable[[str, Any], Any]:
 def _make_converter(returns: str, schema: torch._C.FunctionSchema) -> Callable[[str, Any], Any]:
     """The converter of every op whose returns read ``returns`` (of ``schema``, only the returns are read)."""
     n_returns = len(schema.returns)
-    required = tuple(i for i, r in enumerate(schema.returns) if not str(r.real_type).startswith("Optional["))
+    required = tuple(i for i, r in enumerate(returns_of(schema)) if not r.startswith("Optional["))
 
     def convert(where: str, result: Any) -> Any:
         if result is None and (not n_returns or (n_returns == 1 and not required)):

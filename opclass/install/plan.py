@@ -10,21 +10,20 @@ the plan does not understand turns the fast path off: correct first, fast second
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import torch
 
 from opclass.core import memo
-from opclass.core.types import FAST_DEVICES, arg_type, guard_text
-from opclass.define.annotations import SchemaProblem, resolve_annotations
+from opclass.core.types import FAST_DEVICES, guard_text
+from opclass.define.arguments import Argument, Arguments
 
 if TYPE_CHECKING:
     from opclass.install.record import Kernel, OpRecord
 
 __all__ = ["CallPlan", "Registration", "build_plan", "has_guard"]
 
-_AUTOCAST = {"AutocastCPU": "cpu", "AutocastCUDA": "cuda"}
+_AUTOCAST = {"Autocast" + key: device for device, key in FAST_DEVICES.items()}
 _DEFAULT = "CompositeExplicitAutograd"
 # Keys (runtime or alias) a call with plain cpu/cuda key sets can reach. Kernels there are
 # understood only when opclass itself made them (Autograd, ADInplaceOrView, BackendSelect) or
@@ -56,7 +55,7 @@ class CallPlan:
     #: Device type -> the kernel a plain call on that device runs (the dispatcher's choice).
     kernels: Mapping[str, Kernel]
     #: Device types with an ``Autocast<device>`` kernel: the fast path needs autocast off.
-    autocast: tuple[str, ...]
+    autocast_devices: tuple[str, ...]
     #: Calls that need grad: ``"function"`` (a prebuilt autograd.Function), ``"eager"`` (the kernel
     #: under autograd) or ``"dispatcher"``.
     grad: str
@@ -64,15 +63,13 @@ class CallPlan:
     off: str | None
     #: Devices left to the dispatcher, and why.
     notes: tuple[str, ...] = ()
-    #: Parameter name -> config dataclass (from the kernels' annotations), for the type guards.
-    configs: Mapping[str, type] = dataclasses.field(default_factory=dict)
 
     def __str__(self) -> str:
         if self.off is not None:
             return f"fast path off: {self.off}"
         text = "fast path: " + ", ".join(self.kernels)
-        if self.autocast:
-            text += f" (autocast off for {', '.join(self.autocast)})"
+        if self.autocast_devices:
+            text += f" (autocast off for {', '.join(self.autocast_devices)})"
         return text + "".join(f"; {note}" for note in self.notes)
 
 
@@ -100,12 +97,11 @@ def build_plan(record: OpRecord, registrations: list[Registration]) -> CallPlan:
             kernels[device] = kernel
         else:
             notes.append(f"{device} runs the kernel {_who(reached)} registered at {reached.key}")
-    configs = config_classes(record)
-    off = _why_off(record, foreign, kernels, configs, notes)
+    off = _why_off(record, foreign, kernels, notes)
     # An extended op without a formula gets no Autograd kernel of ours: grad is the dispatcher's.
-    own_autograd = not spec.existing or record.backward is not None
+    own_autograd = not spec.existing or record.differentiable
     grad = "eager" if record.differentiates_kernel is not None else "dispatcher" if spec.mutated or spec.is_out or not own_autograd else "function"
-    return CallPlan(kernels if not foreign else {}, autocast, grad, off, tuple(notes), configs)
+    return CallPlan(kernels if not foreign else {}, autocast, grad, off, tuple(notes))
 
 
 def _outside(*args: Any, **kwargs: Any) -> Any:
@@ -116,7 +112,7 @@ def _who(r: Registration) -> str:
     return "another Library" if r.fn is _outside else f"hook {r.hook!r}" if r.hook else "opclass"
 
 
-def _why_off(record: OpRecord, foreign: list[Registration], kernels: Mapping[str, Kernel], configs: Mapping[str, type], notes: list[str]) -> str | None:
+def _why_off(record: OpRecord, foreign: list[Registration], kernels: Mapping[str, Kernel], notes: list[str]) -> str | None:
     if foreign:
         return "; ".join(f"{_who(r)} registered a kernel at {r.key}" for r in foreign)
     if not kernels:
@@ -126,53 +122,38 @@ def _why_off(record: OpRecord, foreign: list[Registration], kernels: Mapping[str
         # Its version counters are whatever the dispatcher does for it (opclass adds no
         # ADInplaceOrView kernel to a foreign op), which a fast path could not match.
         return "the op was defined elsewhere and mutates its arguments"
-    arguments = record.spec.schema.arguments
-    for a in arguments:
-        if not has_guard(a, configs):
-            return f"argument {a.name!r} of type {a.type} has no cheap guard"
-    if not any("Tensor" in str(a.real_type) or str(a.real_type) == "Device" for a in arguments):
+    for a in record.arguments:
+        if not has_guard(a):
+            return f"argument {a.name!r} of type {a.jit} has no cheap guard"
+    if not any(a.holds_tensor or a.jit == "Device" for a in record.arguments):
         return "no Tensor or Device argument picks the device"
     for kernel in kernels.values():
-        mismatch = _default_mismatch(kernel, record.spec.signature)
+        mismatch = _default_mismatch(kernel, record.arguments)
         if mismatch is not None:
             return mismatch
-    if any(a.name.startswith("_") for a in arguments):
+    if any(a.name.startswith("_") for a in record.arguments):
         return "an argument name starts with '_', like the generated call's own names"
     return None
 
 
-def _default_mismatch(kernel: Kernel, signature: inspect.Signature) -> str | None:
+def _default_mismatch(kernel: Kernel, table: Arguments) -> str | None:
     """Why the kernel would see other arguments from the fast path than from the dispatcher, which
     leaves out arguments equal to their default (the kernel then uses its own default)."""
     try:
         own = memo.signature(kernel.user).parameters
     except (TypeError, ValueError):
         return None
-    for name, p in signature.parameters.items():
-        if p.default is p.empty:
+    for a in table:
+        if not a.has_default:
             continue
-        mine = own.get(name)
-        schema_default = list(p.default) if type(p.default) is tuple else p.default  # as kernels get lists
+        mine = own.get(a.name)
+        schema_default = list(a.default) if type(a.default) is tuple else a.default  # as kernels get lists
         if mine is None or mine.default is mine.empty or type(mine.default) is not type(schema_default) or mine.default != schema_default:
             given = "no default" if mine is None or mine.default is mine.empty else f"default {mine.default!r}"
-            return f"{kernel.where} has {given} for {name!r} where the schema's is {p.default!r}"
+            return f"{kernel.where} has {given} for {a.name!r} where the schema's is {a.default!r}"
     return None
 
 
-def has_guard(arg: Any, configs: Mapping[str, type]) -> bool:
-    """Whether a call's value for the schema ``Argument`` can be checked cheaply."""
-    jit = str(arg.real_type)
-    return bool(arg_type(jit).tensor) or guard_text(jit, arg.name) is not None or (jit == "PyObject" and arg.name in configs)
-
-
-def config_classes(record: OpRecord) -> dict[str, type]:
-    """Parameter name -> config dataclass, from the kernels' annotations (empty under schema=)."""
-    for kernel in record.kernels.values():
-        try:
-            annotations = resolve_annotations(inspect.unwrap(kernel.user))  # the user's, in debug mode too
-        except SchemaProblem:
-            continue
-        found = {n: a for n, a in annotations.items() if isinstance(a, type) and dataclasses.is_dataclass(a)}
-        if found:
-            return found
-    return {}
+def has_guard(a: Argument) -> bool:
+    """Whether a call's value for the argument can be checked cheaply."""
+    return bool(a.kind.tensor) or guard_text(a.jit, a.name) is not None or a.config is not None

@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 from torch.fx.node import _side_effectful_functions
 
+from opclass.core.compat import unregister_config
 from opclass.define.spec import OpSpec
 from opclass.install.outputs import Contract
 
 if TYPE_CHECKING:
-    from opclass.install.functions import Functions
+    from opclass.install.functions import Formula, Functions
     from opclass.install.plan import CallPlan
 
 __all__ = ["Kernel", "OpRecord", "LOCK", "lookup", "live_records", "set_live", "take_live", "destroy"]
@@ -64,7 +65,7 @@ class OpRecord(OpSpec):
     """
 
     def __init__(self, spec: OpSpec) -> None:
-        super().__init__(**{f.name: getattr(spec, f.name) for f in dataclasses.fields(OpSpec)})
+        super().__init__(**{f.name: getattr(spec, f.name) for f in dataclasses.fields(OpSpec) if f.init})
         #: What the class defines, for a later fresh install (a restore after a failed redefinition).
         self.spec = spec
         #: The op's ``torch.library`` fragment, which every registration goes through (``None`` once destroyed).
@@ -72,22 +73,17 @@ class OpRecord(OpSpec):
         #: The ``OpOverload``, ``torch.ops.ns.name.overload`` (``None`` once removed).
         self.op: torch._ops.OpOverload | None = None
         #: What every kernel's result must be and becomes (:mod:`opclass.install.outputs`).
-        self.outputs = Contract(spec.schema, spec.tags)
+        self.outputs = Contract(spec.schema, spec.tags, spec.mutated_names)
         #: Backend kernels by device type, as kernel hooks install them; the key ``None`` serves every device.
         self.kernels: dict[str | None, Kernel] = {}
         #: The fake kernel for FakeTensor tracing, or ``None`` until one is registered.
         self.fake: Callable[..., Any] | None = None
         #: How errors name the hook whose function is the fake kernel (``None``: one opclass generated).
         self.fake_where: str | None = None
-        #: The autograd formula's ``setup_context``: ``(ctx, inputs, output)``, or with
-        #: :attr:`setup_keywords` ``(ctx, inputs, keyword_only_inputs, output)``.
-        self.setup_context: Callable[..., Any] | None = None
-        #: :attr:`setup_context` takes the keyword-only inputs.
-        self.setup_keywords = False
-        #: The autograd formula's ``backward(ctx, *grads)``, or ``None`` when the op has no formula.
-        self.backward: Callable[..., Any] | None = None
-        #: The forward-mode formula ``jvp(ctx, *input_tangents)``, if any.
-        self.jvp: Callable[..., Any] | None = None
+        #: The op defined elsewhere ran under FakeTensor before this install (its own fake kernel).
+        self.had_fake = False
+        #: The autograd formula, or what stands in for it (``None``: the op has none).
+        self.formula: Formula | None = None
         #: Set where eager autograd differentiates through the kernel itself instead of applying a
         #: formula: ``check(where, out)``, run on a result computed with grad needed.
         self.differentiates_kernel: Callable[[str, Any], None] | None = None
@@ -98,18 +94,14 @@ class OpRecord(OpSpec):
         self.autograd_kernel: Callable[[OpRecord], Callable[..., Any]] | None = None
         #: The op's call under torch.func transforms (made by the install when no hook gave one).
         self.functorch_entry: Callable[..., Any] | None = None
-        #: The op written in torch ops, for :func:`opclass.decompositions` (metadata, as ``samples``).
-        self.reference: Callable[..., Any] | None = None
-        #: Representative inputs for :mod:`opclass.testing` (metadata: nothing registers or reads it).
-        self.samples: Callable[..., Any] | None = None
         #: The op's autograd.Functions, made on first need (:func:`opclass.install.functions.functions`).
         self.functions: Functions | None = None
         #: What a plain eager call may do without the dispatcher (see :mod:`opclass.install.plan`).
         self.plan: CallPlan | None = None
         #: True while this install is the op's current one (False once replaced or removed).
         self.live = False
-        #: Weak reference to the class that defined the op.
-        self.owner: Callable[[], Any] | None = None
+        #: Weak reference to the class that defined the op (``None`` until one is set, or once it is gone).
+        self.owner: Callable[[], Any] = _nobody
         #: Hooks' ``uninstall`` calls, run (newest first) when the op is removed or replaced.
         self.cleanups: list[Callable[[], None]] = []
 
@@ -123,13 +115,18 @@ class OpRecord(OpSpec):
 
         return functions(self).generic
 
+    @property
+    def differentiable(self) -> bool:
+        """The op has an autograd formula of its own (a ``backward``)."""
+        return self.formula is not None and self.formula.backward is not None
+
     def kernel_for(self, device_type: str) -> Kernel | None:
-        """The kernel that serves ``device_type`` (its own hook, else ``default``), or ``None``."""
+        """The kernel that serves ``device_type`` (its own hook, else the one for every device), or ``None``."""
         return self.kernels.get(device_type) or self.kernels.get(None)
 
-    def where(self, hook: str) -> str:
-        """How errors name a hook of this op: ``"ns::op (Cls.cpu)"``."""
-        return f"{self.qualname} ({self.cls_name}.{hook})"
+
+def _nobody() -> None:
+    return None
 
 
 _LIVE: dict[str, OpRecord] = {}
@@ -168,14 +165,23 @@ def take_live(qualname: str | None = None, namespace: str | None = None) -> list
 
 
 def destroy(record: OpRecord) -> None:
-    """Drop every dispatcher registration of ``record`` (idempotent)."""
+    """Drop every dispatcher registration of ``record`` (idempotent), and the config types it
+    registered that no live op uses (where torch can take one back)."""
     record.live = False
     if not record.existing:  # an extended op's entry, if any, is not ours
         _side_effectful_functions.discard(record.op)
     while record.cleanups:
         record.cleanups.pop()()
     if record.lib is not None:
+        configs = record.lib.configs
         record.lib._destroy()
         record.lib.release()
+        # The fragment's last reference: torch's finalizer of it runs here, before the op's
+        # OpOverload goes. Run later, torch 2.11 has been seen to read a freed schema when the
+        # next overload of the same name is destroyed.
         record.lib = None
+        used = {c for r in live_records() if r is not record for c in r.configs.values()}
+        for cls in configs:
+            if cls not in used:
+                unregister_config(cls)
     record.op = None

@@ -1,0 +1,173 @@
+"""The op's arguments, each once: the table that every emitter, binder, guard, hook check and the
+C entry's spec read (as dataclasses reads its fields once, ``_init_param``). An :class:`Argument`
+holds its index, name, keyword-only flag, JIT type (its row of :mod:`opclass.core.types`),
+Python default, whether the op writes to it and its config class; :class:`Arguments` binds a
+call's values to them (:meth:`~Arguments.values`) and writes them as Python text
+(:meth:`~Arguments.parameters`, :meth:`~Arguments.call`).
+
+Example:
+    >>> import torch
+    >>> from opclass.define.arguments import Arguments
+    >>> table = Arguments.of(torch._C.parse_schema("ns::f(Tensor(a!) x, float k=2.0, *, Tensor? out=None) -> ()"))
+    >>> [a.name for a in table.written], table.parameters(), table.call()
+    (['x'], '(x, k=2.0, *, out=None)', 'x, k, out=out')
+    >>> table.values((torch.ones(1),), {"k": 3.0})[1:]
+    [3.0, None]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import torch
+
+from opclass.core.types import ArgType, arg_type, holds_tensor, inner, tensors_in
+
+__all__ = ["Argument", "Arguments", "EMPTY"]
+
+#: The default of an argument that has none.
+EMPTY: Any = inspect.Parameter.empty
+
+
+@dataclasses.dataclass(frozen=True)
+class Argument:
+    """One argument of the op (see the module docstring); the last fields follow from the others."""
+
+    index: int
+    name: str
+    keyword_only: bool
+    #: ``Argument.real_type`` as text (``"Optional[List[int]]"``).
+    jit: str
+    #: The default as kernels get it (a dtype, not the schema's code; a tuple for a list), or :data:`EMPTY`.
+    default: Any
+    #: The default as the parsed schema holds it (what a hint quotes), or :data:`EMPTY`.
+    schema_default: Any
+    #: The op writes to it (``Tensor(a!)``).
+    written: bool
+    #: The config dataclass annotating it (an opaque value type), if any.
+    config: type | None = None
+    has_default: bool = dataclasses.field(init=False)
+    #: Its row for the call path (check, Tensor kind, guard letters).
+    kind: ArgType = dataclasses.field(init=False)
+    #: A Tensor, an optional Tensor or a list of them.
+    holds_tensor: bool = dataclasses.field(init=False)
+    #: A list type, optional or not (callers may pass a tuple).
+    is_list: bool = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        for name, value in (("has_default", self.default is not EMPTY), ("kind", arg_type(self.jit)), ("holds_tensor", holds_tensor(self.jit)), ("is_list", inner(self.jit)[2])):
+            object.__setattr__(self, name, value)
+
+
+class Arguments(tuple):  # type: ignore[type-arg]
+    """The op's :class:`Argument` s in schema order (positional first, then keyword-only)."""
+
+    positional: tuple[Argument, ...]
+    keyword_only: tuple[Argument, ...]
+    written: tuple[Argument, ...]
+    names: list[str]
+
+    def __new__(cls, arguments: Sequence[Argument]) -> Arguments:
+        table = super().__new__(cls, arguments)
+        table.positional = tuple(a for a in table if not a.keyword_only)
+        table.keyword_only = tuple(a for a in table if a.keyword_only)
+        table.written = tuple(a for a in table if a.written)
+        table.names = [a.name for a in table]
+        return table
+
+    @classmethod
+    def of(cls, schema: torch._C.FunctionSchema, configs: Mapping[str, type] | None = None) -> Arguments:
+        """The table of ``schema``'s arguments; ``configs``: parameter name -> config class."""
+        return cls(
+            [
+                Argument(
+                    i, a.name, a.kwarg_only, str(a.real_type),
+                    _python_default(a) if a.has_default_value() else EMPTY,
+                    a.default_value if a.has_default_value() else EMPTY,
+                    a.alias_info is not None and a.alias_info.is_write,
+                    (configs or {}).get(a.name),
+                )
+                for i, a in enumerate(schema.arguments)
+            ]
+        )
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return next(a for a in self if a.name == key)
+        return super().__getitem__(key)
+
+    # ------------------------------------------------------------------ binding a call
+
+    def values(self, args: Sequence[Any], kwargs: Mapping[str, Any], missing: Any = None) -> list[Any]:
+        """Each argument's value in the call ``(*args, **kwargs)``, in schema order: a positional
+        argument by position, else by name; ``missing`` for one the call leaves out."""
+        n = len(args)
+        return [args[a.index] if a.index < n and not a.keyword_only else kwargs.get(a.name, missing) for a in self]
+
+    def tensors(self, args: Sequence[Any], kwargs: Mapping[str, Any], which: Sequence[Argument] | None = None) -> Iterator[torch.Tensor]:
+        """Every Tensor the call passes (list elements too), in schema order; ``which``: only those
+        arguments' (``table.written``)."""
+        values = self.values(args, kwargs)
+        return tensors_in(values[a.index] for a in (self if which is None else which))
+
+    # ------------------------------------------------------------------ Python text
+
+    def parameters(self, leading: Sequence[str] = (), default: Callable[[Argument], str] | None = None, defaults: bool = True) -> str:
+        """``(x, k=2.0, *, out)``: a parameter list taking the op's arguments after ``leading``;
+        ``default(a)`` writes a default (the schema's value unless given; none if not ``defaults``)."""
+        parts, star = list(leading), False
+        for a in self:
+            if a.keyword_only and not star:
+                parts.append("*")
+                star = True
+            given = defaults and a.has_default
+            parts.append(a.name + (f"={default(a) if default is not None else repr(a.schema_default)}" if given else ""))
+        return "(" + ", ".join(parts) + ")"
+
+    def call(self) -> str:
+        """``x, k, out=out``: the arguments passed on, positional ones by position."""
+        return ", ".join([a.name for a in self.positional] + [f"{a.name}={a.name}" for a in self.keyword_only])
+
+    def args_text(self) -> str:
+        """``(x, k, )``: the positional arguments as a tuple."""
+        return "(" + "".join(f"{a.name}, " for a in self.positional) + ")"
+
+    def kwargs_text(self) -> str:
+        """``{'out': out}``: the keyword-only arguments as a dict."""
+        return "{" + ", ".join(f"{a.name!r}: {a.name}" for a in self.keyword_only) + "}"
+
+
+# --------------------------------------------------------------------------- defaults
+
+
+def _python_default(arg: torch._C.Argument) -> Any:
+    """The default the kernels get: the parser keeps ScalarType, Layout and MemoryFormat as codes."""
+    value = arg.default_value
+    base = inner(str(arg.real_type))[0]
+    if isinstance(value, int) and not isinstance(value, bool):
+        if base == "ScalarType":
+            return _dtype_from_code(value)
+        if base == "Layout":
+            return torch.strided
+        if base == "MemoryFormat":
+            return torch.contiguous_format
+    return tuple(value) if isinstance(value, list) else value
+
+
+_DTYPE_CODES: dict[int, torch.dtype] = {}
+
+
+def _dtype_from_code(code: int) -> Any:
+    """The dtype the schema parser stores as ``code``."""
+    if not _DTYPE_CODES:
+        for d in vars(torch).values():
+            if isinstance(d, torch.dtype) and d not in _DTYPE_CODES.values():
+                try:
+                    arg = torch._C.parse_schema(f"x::f(ScalarType d={str(d).removeprefix('torch.')}) -> ()").arguments[0]
+                except RuntimeError:
+                    continue
+                if isinstance(arg.default_value, int):
+                    _DTYPE_CODES[arg.default_value] = d
+    return _DTYPE_CODES.get(code, code)

@@ -1,0 +1,150 @@
+"""An op's life, in one place above the layers: class creation, redefinition, the restore after a
+failed redefinition, removal, and the switch to the native guard once it is built.
+
+Each step enters each layer once, from here, in order: ``define`` (the class becomes a frozen
+spec, everything checked) -> ``install`` (the spec becomes registrations, or nothing) -> the
+live table -> ``callpath`` (the class's call attributes). No layer calls back up.
+
+Example:
+    >>> import torch, opclass
+    >>> class DocsLife(opclass.CustomOp, name="docs_lifecycle::f", schema="(Tensor x) -> Tensor"):
+    ...     default = staticmethod(lambda x: 2 * x)
+    >>> first = DocsLife.record
+    >>> class DocsLife(opclass.CustomOp, name="docs_lifecycle::f", schema="(Tensor x) -> Tensor"):
+    ...     default = staticmethod(lambda x: 3 * x)
+    >>> first.live, DocsLife.record.live, DocsLife(torch.ones(1))
+    (False, True, tensor([3.]))
+    >>> opclass.remove(DocsLife)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+import weakref
+from typing import Any, Callable
+
+from opclass.callpath import classcall
+from opclass.core import memo, native
+from opclass.define.builder import OpBuilder
+from opclass.install import record as records
+from opclass.install.installer import check_name, install
+
+__all__ = ["define", "remove", "remove_namespace"]
+
+
+def define(cls: type, given: dict[str, Any], unknown: dict[str, Any]) -> None:
+    """A class statement, top to bottom: collect -> validate -> spec -> install -> class call."""
+    builder = OpBuilder(cls, given, unknown)
+    with memo.one_definition():
+        cls._opclass_keywords = builder.collect()  # type: ignore[attr-defined]  # hooks and keywords in force
+        spec = builder.validate()  # every check passed: the frozen spec (None: an abstract base)
+        if spec is None:
+            classcall.make_abstract(cls)  # calling it says it is no op
+            return
+        native.build_in_background(_switch_to_native)
+        # One critical section from the name check to the class call: a thread defining the same
+        # name sees either no op or a complete one.
+        with records.LOCK:
+            check_name(spec)
+            old = records.lookup(spec.qualname)
+            if old is not None:
+                records.destroy(old)
+            try:
+                record = install(spec)
+            except BaseException:
+                if old is not None:
+                    _restore(old)
+                raise
+            records.set_live(record)
+            record.owner = weakref.ref(cls)
+            if old is not None:
+                classcall.retire(old)
+            classcall.arm(record, cls)
+    classcall.document(cls, spec)  # signature and docstring
+    if old is not None:
+        _warn_if_other_owner(old, cls)
+
+
+def _restore(old: records.OpRecord) -> None:
+    """A redefinition failed: the old op, installed afresh from its spec (the hooks it was
+    validated with), live again, its class armed again."""
+    restored = install(old.spec)
+    restored.owner = old.owner
+    records.set_live(restored)
+    before = old.owner()
+    if before is not None:
+        classcall.arm(restored, before)
+
+
+def remove(op: Any) -> None:
+    """Remove an op's registrations (takes the op class or its qualified name): the op is gone from
+    ``torch.ops`` and its class stops working. Redefining a class replaces its op without it.
+
+    Example:
+        >>> import torch, opclass
+        >>> class DocsRemoved(opclass.CustomOp, name="docs_remove::twice"):
+        ...     @staticmethod
+        ...     def default(x: torch.Tensor) -> torch.Tensor:
+        ...         return 2 * x
+        >>> opclass.remove(DocsRemoved)
+        >>> hasattr(torch.ops.docs_remove, "twice")
+        False
+    """
+    qualname = op if isinstance(op, str) else getattr(op, "qualname", None)
+    if not isinstance(qualname, str):
+        raise TypeError(f"opclass.remove() takes a CustomOp class or a qualified name, not {op!r}")
+    with records.LOCK:
+        for record in records.take_live(qualname=qualname):
+            classcall.retire(record)
+
+
+def remove_namespace(namespace: str) -> None:
+    """Remove every op opclass defined in ``namespace`` (a test fixture's clean-up).
+
+    Example:
+        >>> import opclass
+        >>> opclass.remove_namespace("docs_nothing_here")
+    """
+    with records.LOCK:
+        for record in records.take_live(namespace=namespace):
+            classcall.retire(record)
+
+
+def _switch_to_native(activate: Callable[[], None]) -> int:
+    """The native guard is built: use it, and arm every live class again for it."""
+    with records.LOCK:
+        activate()
+        classes = [(record, record.owner()) for record in records.live_records()]
+        for record, cls in classes:
+            if cls is not None:
+                classcall.arm(record, cls)
+        return sum(cls is not None for _, cls in classes)
+
+
+def _warn_if_other_owner(old: records.OpRecord, owner: type) -> None:
+    """Warn when a *different* class takes over a name (two ops sharing ``name=`` by mistake); a
+    class redefined (same module and qualified name: a notebook cell run again, a reloaded
+    module) replaces its op silently."""
+    before = old.owner()
+    if before is None or before is owner:
+        return
+    was, now = f"{before.__module__}.{before.__qualname__}", f"{owner.__module__}.{owner.__qualname__}"
+    if was == now:
+        return
+    warnings.warn(
+        f"{now} replaces the op {old.qualname} defined by {was}: two classes give the same name. "
+        f"Give one of them another name= (or call opclass.remove({before.__name__}) first if replacing it is intended).",
+        UserWarning,
+        stacklevel=_user_stacklevel(),
+    )
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside opclass (the class statement)."""
+    here = os.path.dirname(__file__)
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(here):
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level
