@@ -113,6 +113,22 @@ def _define_ops(n: int, prefix: str) -> dict[str, Any]:
         cpu = staticmethod(mutate_kernel)
         cuda = staticmethod(mutate_kernel)
 
+    def float32(a0: Tensor, *rest: Tensor) -> bool:
+        return a0.dtype is torch.float32
+
+    def providers(predicate: bool) -> Any:
+        # Three providers of the same kernel, then a default; the first runs.
+        first = opclass.provider(("cpu", "cuda"), supports=float32 if predicate else None)
+        others = opclass.provider(("cpu", "cuda"))
+
+        class Provided(opclass.CustomOp, name=f"{prefix}_oc{n}::{'predicate' if predicate else 'provided'}"):
+            default = staticmethod(_make_function(f"oc_ref_{n}", clone, n, dict(ns)))
+            p1 = first(staticmethod(kernel))
+            p2 = others(staticmethod(_make_function(f"oc_p2_{n}", clone, n, dict(ns))))
+            p3 = others(staticmethod(_make_function(f"oc_p3_{n}", clone, n, dict(ns))))
+
+        return Provided
+
     return {
         "direct": direct,
         "mutate_direct": mutate_direct,
@@ -124,6 +140,10 @@ def _define_ops(n: int, prefix: str) -> dict[str, Any]:
         "opclass": Clone,
         "opclass_ops": Clone.op,
         "opclass_mutate": Mutate,
+        "kernel": kernel,
+        "providers": providers(False),
+        "providers_predicate": providers(True),
+        "predicate": float32,
         "lib": lib,
         "opclass_ns": f"{prefix}_oc{n}",
     }
@@ -203,6 +223,12 @@ def run(min_run_time: float = 1.0, counts: tuple[int, ...] = (1, 14), device: st
             ("torch.ops", "define/impl", ops["define_impl"], plain, False),
             ("torch.ops", "custom_op", ops["custom_op_ops"], plain, False),
             ("torch.ops", "opclass", ops["opclass_ops"], plain, False),
+            ("providers", "direct", ops["kernel"], plain, False),
+            ("providers", "opclass, one kernel", ops["opclass"], plain, False),
+            ("providers", "opclass, 3 providers", ops["providers"], plain, False),
+            ("providers", "predicate alone", ops["predicate"], plain, False),
+            ("providers", "opclass, 3 providers, predicate", ops["providers_predicate"], plain, False),
+            ("providers", "MyOp.op, 3 providers, predicate", ops["providers_predicate"].op, plain, False),
         ]
         for scenario, impl, fn, args, inference in scenarios:
             us = _time(fn, args, min_run_time, inference) * 1e6
@@ -457,6 +483,14 @@ def done_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
         us, base_us = rows.get((step, mode, impl)), rows.get((step, mode, base))
         return us / base_us if us and base_us else None
 
+    def provider_cost(n: int, impl: str) -> float | None:
+        return _lookup(rows, n, "providers", impl) - _lookup(rows, n, "providers", "opclass, one kernel") if n in counts else None
+
+    def predicate_cost(n: int) -> float | None:
+        if n not in counts:
+            return None
+        return _lookup(rows, n, "providers", "opclass, 3 providers, predicate") - _lookup(rows, n, "providers", "opclass, 3 providers") - _lookup(rows, n, "providers", "predicate alone")
+
     worst = max(((scale_ratio(r["kind"], r["n"], "MyOp.op") or 0.0, f"worst: {r['kind']} {r['n']}") for r in srows if r["impl"] == "opclass"), default=None)
     fits = scale.get("fits", {})
     per_tensor = {kind: (fits.get(kind, {}).get("opclass") or {}).get("per_tensor_us") for kind in ("args", "list")}
@@ -478,6 +512,8 @@ def done_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
         ("definition: ms per op", definition.get("ms_per_op"), 0.5, 0.5, ""),
         ("definition: first call ms", definition.get("first_call_ms"), 2.0, 2.0, ""),
         ("compile: class / op", seconds["class"] / seconds["op"] if seconds else None, 1.05, 1.05, ""),
+        ("providers: 3 providers - one kernel, us", provider_cost(1, "opclass, 3 providers"), None, 0.1, "choosing costs nothing without a predicate"),
+        ("providers: predicate - no predicate - predicate alone, us", predicate_cost(1), None, 0.15, "a predicate costs about its own call"),
         ("model: eager infer, opclass / plain", model_ratio("infer", "eager", "opclass", "plain"), 1.15, 1.05, ""),
         ("model: eager train, opclass / Function", model_ratio("train", "eager", "opclass", "autograd.Function"), 1.1, 1.1, ""),
         ("model: eager train, eager_autograd / plain", model_ratio("train", "eager", "opclass eager_autograd", "plain"), 1.1, 1.1, ""),
@@ -827,6 +863,28 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",") if x)
 
 
+def tune(target: str, min_run_time: float) -> list[str]:
+    """``--tune module:Class``: ``opclass.tune_providers`` on the class's samples (table printed).
+
+    Example:
+        >>> tune("examples/providers.py:RMSNorm", 0.01)  # doctest: +SKIP
+        ['cpp', 'numpy', 'default']
+    """
+    import importlib
+    import importlib.util
+
+    where, _, name = target.rpartition(":")
+    if where.endswith(".py"):
+        spec = importlib.util.spec_from_file_location(Path(where).stem, where)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(where)
+    return opclass.tune_providers(getattr(module, name), min_run_time=min_run_time)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line: print the tables (or ``--json``).
 
@@ -853,7 +911,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=1, help="repeat everything in fresh subprocesses, report medians (default 1)")
     parser.add_argument("--model", action="store_true", help="add the model-step table (examples/decoder_block.py; `--args` alone: no per-call table)")
     parser.add_argument("--model-backend", default="inductor", help="torch.compile backend of the compiled model steps; '': none (default inductor)")
+    parser.add_argument("--tune", metavar="MODULE:CLASS", help="only time the providers of an op class on its samples (a module name or a .py path), and print the order")
     ns = parser.parse_args(argv)
+    if ns.tune:
+        print("order:", ",".join(tune(ns.tune, ns.min_run_time)))
+        return 0
     start = time.perf_counter()
     skipped: dict[str, str] = {}
     if ns.guard == "active" and ns.runs == 1:

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from .builtin_hooks.kernels import device_hook
     from .install.record import OpRecord
     from .lifecycle import remove, remove_namespace
+    from .builtin_hooks.providers import provider
+    from .providers import add_provider, explain_providers, remove_provider, set_provider_mode, set_provider_order, tune_providers, use_providers
 
 __all__ = [
     "CustomOp",
@@ -37,15 +39,23 @@ __all__ = [
     "OpRecord",
     "SUPPORTED_TYPES",
     "SchemaType",
+    "add_provider",
     "decompositions",
     "device_hook",
+    "explain_providers",
     "guard_backend",
     "guard_info",
     "hooks",
+    "provider",
     "register_hook",
     "remove",
     "remove_namespace",
+    "remove_provider",
+    "set_provider_mode",
+    "set_provider_order",
+    "tune_providers",
     "unregister_hook",
+    "use_providers",
 ]
 __version__ = "0.1.0"
 

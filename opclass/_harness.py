@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 from torch import Tensor
-from torch.utils._pytree import tree_leaves
+from torch.utils._pytree import tree_leaves, tree_map_only
 
 from opclass.callpath.classcall import python_guard_call
 from opclass.core.native import guard_backend
@@ -225,3 +225,20 @@ def call_paths(op_cls: Any) -> dict[str, Callable[..., Any]]:
         paths[f"{name}(...) [Python guard]"] = python_guard
     paths[f"{name}.op(...)"] = op_cls.op
     return paths
+
+
+def first_row_that_differs(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any], batch: int) -> int | None:
+    """The first i where row i of ``fn`` on a batch of ``batch`` rows differs, bit for bit, from
+    ``fn`` on row i alone (every Tensor argument ``batch`` long cut to its row i), or ``None``."""
+
+    def row(i: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        pick = lambda t: t[i : i + 1] if t.dim() and t.shape[0] == batch else t  # noqa: E731
+        return tuple(tree_map_only(Tensor, pick, args)), dict(tree_map_only(Tensor, pick, dict(kwargs)))
+
+    with torch.no_grad():
+        whole = tree_leaves(fn(*args, **kwargs))
+        for i in range(batch):
+            alone = tree_leaves(fn(*row(i)[0], **row(i)[1]))
+            if any(isinstance(w, Tensor) and w.dim() and w.shape[0] == batch and not torch.equal(w[i : i + 1], a) for w, a in zip(whole, alone)):
+                return i
+    return None

@@ -19,3 +19,5 @@ from opclass.errors import OpDefinitionError
 from opclass.builtin_hooks.kernels import device_hook
 from opclass.install.record import OpRecord
 from opclass.lifecycle import remove, remove_namespace
+from opclass.builtin_hooks.providers import provider
+from opclass.providers import add_provider, explain_providers, remove_provider, set_provider_mode, set_provider_order, tune_providers, use_providers

@@ -81,11 +81,10 @@ def _decomposition(record: OpRecord) -> Callable[..., Any]:
             "functional: leave the op out of the table (it stays one node, which needs its module at run time), "
             "or make a functional op that returns new Tensors"
         )
-    default = record.kernels.get(None)
     if record.hooks.get("reference") is not None:
         fn, hook = record.hooks["reference"], "reference"
-    elif default is not None and default.hook == "default":
-        fn, hook = default.user, "default"
+    elif record.hooks.get("default") is not None:
+        fn, hook = record.hooks["default"], "default"
     else:
         kernels = ", ".join(f"{record.cls_name}.{k.hook}" for k in record.kernels.values()) or "none"
         raise ValueError(

@@ -30,13 +30,15 @@ from opclass.core import memo, native
 from opclass.define.builder import OpBuilder
 from opclass.install import record as records
 from opclass.install.installer import check_name, install
+from opclass.install.plan import build_plan
 
-__all__ = ["define", "remove", "remove_namespace"]
+__all__ = ["define", "redefine", "refresh", "remove", "remove_namespace"]
 
 
 def define(cls: type, given: dict[str, Any], unknown: dict[str, Any]) -> None:
     """A class statement, top to bottom: collect -> validate -> spec -> install -> class call."""
     builder = OpBuilder(cls, given, unknown)
+    cls._opclass_given = given  # type: ignore[attr-defined]  # for redefine()
     with memo.one_definition():
         cls._opclass_keywords = builder.collect()  # type: ignore[attr-defined]  # hooks and keywords in force
         spec = builder.validate()  # every check passed: the frozen spec (None: an abstract base)
@@ -76,6 +78,29 @@ def _restore(old: records.OpRecord) -> None:
     before = old.owner()
     if before is not None:
         classcall.arm(restored, before)
+
+
+def redefine(record: records.OpRecord) -> None:
+    """Define the class of ``record`` again, as its class statement did (what is added to an op
+    from outside its class, such as a provider, takes effect): validated anew, installed anew;
+    if anything fails, the op stays as it was."""
+    cls = record.owner()
+    if cls is None:
+        raise RuntimeError(f"{record.qualname}: its class is gone; define it again")
+    define(cls, cls._opclass_given, {})
+
+
+def refresh(record: records.OpRecord) -> None:
+    """A hook changed what ``record``'s plain calls run (its kernels): plan the call again and
+    arm the class again; the dispatcher's registrations stay."""
+    with records.LOCK:
+        if not record.live or record.lib is None:
+            return
+        record.plan = build_plan(record, record.lib.registrations)
+        record.functions = None
+        cls = record.owner()
+        if cls is not None:
+            classcall.arm(record, cls)
 
 
 def remove(op: Any) -> None:

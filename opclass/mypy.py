@@ -148,11 +148,14 @@ def _check_keywords(ctx: ClassDefContext) -> None:
 
 
 def _kernel_signature(info: TypeInfo) -> CallableType | None:
-    """The first annotated kernel in the class or its op bases (the runtime requires them to agree)."""
+    """The first annotated kernel in the class or its op bases (the runtime requires them to
+    agree): a kernel hook's, else another public static method's (a provider, a third party's
+    device kernel)."""
     for klass in info.mro:
         if klass.fullname == _CUSTOM_OP:
             break
-        for hook in _KERNELS:
+        names = [*_KERNELS, *(n for n in klass.names if not n.startswith("_") and n not in _NOT_BACKENDS and n not in _KERNELS)]
+        for hook in names:
             sym = klass.names.get(hook)
             node = sym.node if sym is not None else None
             if isinstance(node, Decorator) and node.func.is_static and isinstance(node.func.type, CallableType):

@@ -20,8 +20,9 @@ import torch
 from torch import Tensor
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_map_only, tree_unflatten
 
-from opclass._harness import call_paths, diff, observe
-from opclass.builtin_hooks import debug
+from opclass._harness import call_paths, diff, first_row_that_differs, observe
+from opclass.builtin_hooks import choice, debug
+from opclass.errors import first_line
 from opclass.install.fake import has_fake_kernel
 from opclass.install.record import OpRecord
 
@@ -252,6 +253,63 @@ def _run_reference_check(op_cls: Any, record: OpRecord, sample: Sample) -> None:
         raise _CheckFailed("reference check", f"{record.where('reference')} disagrees with {against}: {type(e).__name__}: {e}") from e
 
 
+def _run_providers(op_cls: Any, record: OpRecord, sample: Sample) -> None:
+    """Every available provider that runs on the sample's device: if its predicate accepts the
+    sample, it must run and agree with the op's reference (its tolerances); if it declines, the
+    op must still serve the sample; one flagged ``batch_invariant`` must give row i of a batch
+    exactly as it gives row i alone."""
+    entries = list(choice.entries_of(record))
+    reference_fn = record.hooks.get("reference") or record.hooks.get("default")
+    if not entries or reference_fn is None:
+        return
+    args, kwargs = _copy_inputs(sample)
+    device = next((t.device.type for t in record.arguments.tensors(args, kwargs)), None)
+    with torch.no_grad():
+        expected = _outcome(record, reference_fn, sample)
+    for e in entries:
+        if not e.runs_on(device) or not e.available()[0]:
+            continue
+        full = record.arguments.complete(*_copy_inputs(sample))
+        if e.options.supports is not None and not e.options.supports(*full[0], **full[1]):
+            try:
+                with torch.no_grad():
+                    op_cls.op(*args, **kwargs)
+            except Exception as error:
+                raise _CheckFailed("providers", f"{e.where} declines the sample (supports() is False), and the op does not serve it otherwise: {first_line(error)}") from error
+            continue
+        try:
+            with torch.no_grad():
+                got = _outcome(record, e.checked, sample)
+        except Exception as error:
+            raise _CheckFailed("providers", f"{e.where} accepts the sample (supports() is true or absent) but raises {first_line(error)}: its predicate must decline what its kernel cannot run") from error
+        if e.fn is not reference_fn:
+            atol, rtol = e.options.tolerances()
+            try:
+                torch.testing.assert_close(got, expected, atol=atol, rtol=rtol)
+            except AssertionError as error:
+                ref = record.where("reference" if "reference" in record.hooks else "default")
+                raise _CheckFailed("providers", f"{e.where} disagrees with {ref}: {error}") from error
+        if e.options.batch_invariant:
+            _check_rows(record, e, sample)
+
+
+def _outcome(record: OpRecord, fn: Any, sample: Sample) -> Any:
+    """``fn``'s outputs and the arguments it writes, on fresh copies of the sample."""
+    args, kwargs = _copy_inputs(sample)
+    out = fn(*args, **kwargs)
+    values = record.arguments.values(args, kwargs)
+    return [out, [values[a.index] for a in record.arguments.written]]
+
+
+def _check_rows(record: OpRecord, e: Any, sample: Sample) -> None:
+    args, kwargs = _copy_inputs(sample)
+    first = next(record.arguments.tensors(args, kwargs), None)
+    batch = first.shape[0] if first is not None and first.dim() else 0
+    i = first_row_that_differs(e.checked, args, kwargs, batch) if batch > 1 else None
+    if i is not None:
+        raise _CheckFailed("providers", f"{e.where} is declared batch_invariant, but row {i} of a batch of {batch} differs from row {i} computed alone")
+
+
 def _run_fast_path(op_cls: Any, sample: Sample) -> None:
     seen = {label: observe(fn, *_copy_inputs(sample)) for label, fn in call_paths(op_cls).items()}
     *fast, reference = seen
@@ -271,6 +329,7 @@ def _check(op_cls: Any, record: OpRecord, sample: Sample, index: int | None, *, 
             _run_gradcheck(op_cls, record, sample)
         if reference:
             _run_reference_check(op_cls, record, sample)
+            _run_providers(op_cls, record, sample)
         if fast_path:
             _run_fast_path(op_cls, sample)
     except _CheckFailed as e:
@@ -322,7 +381,11 @@ def check_op(op_cls: Any, samples: Iterable[Sample | tuple[Any, ...]] | None = N
             without floating-point Tensors are skipped.
         reference: when the op has a ``reference`` (what ``opclass.decompositions`` decomposes
             it into), compare its result with the op's (``torch.testing.assert_close``, default
-            tolerances), both under ``no_grad``; not for ops that mutate their arguments.
+            tolerances), both under ``no_grad``; not for ops that mutate their arguments. For an
+            op with providers, each available one on the sample's device: one that accepts the
+            sample runs it and agrees with the reference (else ``default``; its ``atol``/``rtol``),
+            writes included; one that declines it leaves it to another that serves it; one
+            flagged ``batch_invariant`` gives row i of the batch as it gives row i alone.
         fast_path: call the op every way it can be called (the class call, the Python guard's
             call function where the native guard is active, and ``op_cls.op``, the dispatcher)
             on independent copies and compare the exception or the output (types, metadata,

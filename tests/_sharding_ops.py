@@ -43,6 +43,7 @@ class Ops:
     WeightedTotal: Any
     Neg_: Any
     NegOut: Any
+    Provided: Any
     calls: list[tuple[str, tuple[int, ...]]]
 
 
@@ -180,8 +181,32 @@ def define_ops(ns: str) -> Ops:
 
             return [([p], [p] * len(xs) + [None]) for p in (Replicate(), Shard(0))]
 
+    class Provided(CustomOp, name=f"{ns}::provided"):
+        """Elementwise, with a provider that takes only pieces of fewer than ROWS rows."""
+
+        @staticmethod
+        def default(x: Tensor) -> Tensor:
+            calls.append(("provided:default", tuple(x.shape)))
+            return x * 3
+
+        @staticmethod
+        def abstract(x: Tensor) -> Tensor:
+            return torch.empty_like(x)
+
+        @opclass.provider("cpu", supports=lambda x: x.shape[0] < ROWS)
+        @staticmethod
+        def small(x: Tensor) -> Tensor:
+            calls.append(("provided:small", tuple(x.shape)))
+            return x + x + x
+
+        @staticmethod
+        def sharding(x):  # type: ignore[no-untyped-def]
+            from torch.distributed.tensor import Replicate, Shard
+
+            return [([Replicate()], [Replicate()]), ([Shard(0)], [Shard(0)])]
+
     if _compat.INPLACE_TAG is None or _compat.OUT_TAG is None:  # torch 2.11/2.12: check_inplace_and_out is skipped
-        return Ops(Scale, ColumnSum, Cumsum, RowMinMax, AddInto, AddScaled, WeightedTotal, None, None, calls)
+        return Ops(Scale, ColumnSum, Cumsum, RowMinMax, AddInto, AddScaled, WeightedTotal, None, None, Provided, calls)
 
     class Neg_(CustomOp, name=f"{ns}::neg_", mutates_args=("x",), tags=torch.Tag.inplace):
         """x.neg_(): in place, returns x."""
@@ -211,7 +236,7 @@ def define_ops(ns: str) -> Ops:
 
             return [([Replicate()], [Replicate(), Replicate()]), ([Shard(0)], [Shard(0), Shard(0)])]
 
-    return Ops(Scale, ColumnSum, Cumsum, RowMinMax, AddInto, AddScaled, WeightedTotal, Neg_, NegOut, calls)
+    return Ops(Scale, ColumnSum, Cumsum, RowMinMax, AddInto, AddScaled, WeightedTotal, Neg_, NegOut, Provided, calls)
 
 
 # --------------------------------------------------------------------------- the checks one rank runs
@@ -408,6 +433,19 @@ def check_keyword_only_tensor(ops: Ops, mesh: Any) -> None:
     ops.calls.clear()
 
 
+def check_providers_on_local_shards(ops: Ops, mesh: Any) -> None:
+    """DTensor runs the op on each local shard, and each such call makes its own choice."""
+    from torch.distributed.tensor import Replicate, Shard
+
+    x = _data(8)
+    out = ops.Provided(_dt(x, mesh, Shard(0)))
+    _kernel_saw(ops, "provided:small", (ROWS // WORLD_SIZE, COLS))  # a shard: the provider takes it
+    torch.testing.assert_close(_full(out), 3 * x)
+    out = ops.Provided(_dt(x, mesh, Replicate()))
+    _kernel_saw(ops, "provided:default", (ROWS, COLS))  # every row: the provider declines
+    torch.testing.assert_close(_full(out), 3 * x)
+
+
 def check_redefinition_and_removal(ops: Ops, mesh: Any) -> None:
     """Runs last: redefines Scale (only Replicate now), then removes it."""
     from torch.distributed.tensor import DTensor, Replicate, Shard
@@ -460,6 +498,7 @@ CHECKS: dict[str, Callable[[Ops, Any], None]] = {
     "mutated_argument_keeps_placement": check_mutated_argument_keeps_placement,
     "inplace_and_out": check_inplace_and_out,
     "keyword_only_tensor": check_keyword_only_tensor,
+    "providers_on_local_shards": check_providers_on_local_shards,
     "redefinition_and_removal": check_redefinition_and_removal,
 }
 

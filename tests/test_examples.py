@@ -71,6 +71,7 @@ testing_ops = _load("testing_ops")
 eager_autograd = _load("eager_autograd")
 triton_add = _load("triton_add")
 decoder_block = _load("decoder_block")
+providers_example = _load("providers")
 NumpySin = numpy_sin.NumpySin
 if mutable_ops is not None:
     AddInto, Sin_, SinOut = mutable_ops.AddInto, mutable_ops.Sin_, mutable_ops.SinOut
@@ -85,6 +86,7 @@ ShardedScale, ColumnSum = dtensor_sharding.Scale, dtensor_sharding.ColumnSum
 SoftClip = eager_autograd.SoftClip
 TritonAdd = triton_add.TritonAdd
 RMSNorm, Rotary, SwiGLU, Attention = decoder_block.RMSNorm, decoder_block.Rotary, decoder_block.SwiGLU, decoder_block.Attention
+ProvidedRMSNorm = providers_example.RMSNorm
 
 
 # --------------------------------------------------------------------------- running the scripts
@@ -211,6 +213,10 @@ def _rms_norm_fn(x: Tensor, w: Tensor) -> Tensor:
     return RMSNorm(x, w, 1e-5) * 2
 
 
+def _provided_rms_norm_fn(x: Tensor, w: Tensor) -> Tensor:
+    return ProvidedRMSNorm(x, w) * 2
+
+
 def _rotary_fn(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return Rotary(x, cos, sin) + 1
 
@@ -234,6 +240,14 @@ def _nonzero_input() -> Tensor:
 
 
 CASES = [
+    Case(
+        "providers_rms_norm", "providers", "RMSNorm",
+        samples=lambda: [((_r(4, 16), _r(16)), {}), ((_r(3, 8, dtype=torch.double), _r(8, dtype=torch.double)), {}), ((torch.randn(16, 4).t(), _r(16)), {})],
+        inputs=lambda: (_r(4, 16), _r(16)),
+        compile_fn=_provided_rms_norm_fn,
+        grad_inputs=lambda: (_r(3, 8, dtype=torch.double), _r(8, dtype=torch.double)),
+        grad_fn=ProvidedRMSNorm,
+    ),
     Case(
         "numpy_sin", "numpy_sin", "NumpySin",
         samples=lambda: [((_r(3, 4),), {}), ((torch.randn(4, 3).t(),), {}), ((torch.randn(()),), {})],

@@ -790,7 +790,47 @@ def _op_alias_pair(ns: str) -> OpCase:
     return OpCase(AliasPair, {h: _returning(h) for h in ["fresh", "same", "view", "input"]})
 
 
+def _op_providers(ns: str, predicate: bool) -> OpCase:
+    import opclass
+
+    first = opclass.provider("cpu", supports=(lambda x, k: x.dtype == torch.float32) if predicate else None)
+
+    class Provided(CustomOp, name=f"{ns}::provided"):
+        """Three kernels: a NumPy provider first (float32 only, where it has a predicate), a torch
+        one, then the op's default; one autograd formula for all."""
+
+        @staticmethod
+        def default(x: Tensor, k: float = 2.0) -> Tensor:
+            return x * k
+
+        @first
+        @staticmethod
+        def numpy(x: Tensor, k: float = 2.0) -> Tensor:
+            return torch.from_numpy(np.asarray(_np(x) * k, dtype=_np(x).dtype))
+
+        @opclass.provider("cpu")
+        @staticmethod
+        def torch_mul(x: Tensor, k: float = 2.0) -> Tensor:
+            return torch.mul(x, k)
+
+        @staticmethod
+        def abstract(x: Tensor, k: float = 2.0) -> Tensor:
+            return torch.empty_like(x)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.k = inputs[1]
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * ctx.k, None
+
+    return OpCase(Provided, {"main": lambda I: ((I.T(3, 4), 3.0), {}), "default_k": lambda I: ((I.T(3, 4),), {})})
+
+
 CORPUS: dict[str, Callable[[str], OpCase]] = {
+    "providers": functools.partial(_op_providers, predicate=False),
+    "providers_predicate": functools.partial(_op_providers, predicate=True),
     "unary": _op_unary,
     "vmap_sin": _op_vmap_sin,
     "multi": _op_multi,
@@ -1230,11 +1270,18 @@ SCENARIOS: list[Scenario] = [
     Scenario("zero_tensor", v_zero_tensor, needs_tensors=True),
     Scenario("functionalization", v_functional, functionalization, needs_tensors=True),
     Scenario("jit_trace", v_plain, wrap=wrap_jit_trace, needs_tensors=True),
+    # A providers block open (this thread's overrides: none): ops with providers take the dispatcher.
+    Scenario("providers_block", v_plain, lambda: __import__("opclass").use_providers()),
+    Scenario("providers_block_requires_grad", v_rg, lambda: __import__("opclass").use_providers(), needs_tensors=True),
 ]
 SCENARIOS_BY_NAME = {s.name: s for s in SCENARIOS}
 
 # op x call form of the main matrix
 MATRIX: list[tuple[str, str]] = [
+    ("providers", "main"),
+    ("providers", "default_k"),
+    ("providers_predicate", "main"),
+    ("providers_predicate", "default_k"),
     ("unary", "main"),
     ("vmap_sin", "main"),
     ("multi", "main"),

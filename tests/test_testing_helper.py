@@ -126,7 +126,7 @@ def test_pytest_is_imported_lazily() -> None:
 def test_samples_hook_is_registered_metadata(ns: str) -> None:
     hook = opclass.hooks()["samples"]
     assert not hook.kernel and not hook.backend and hook.staticmethod and hook.requires == ()
-    assert list(opclass.hooks())[-2:] == ["samples", "traceable"]  # traceable: registered by opclass._traceable, after the built-ins
+    assert list(opclass.hooks())[-3:] == ["samples", "traceable", "providers"]  # the kernel hooks' followers come last
 
     def make() -> Iterator[Sample]:
         yield Sample((torch.ones(2),))

@@ -195,7 +195,7 @@ def test_type_checkers_know_the_hooks_the_registry_has() -> None:
     from opclass.core.names import HOOK_KINDS
 
     def kind(hook: opclass.Hook) -> str:
-        return "backend" if hook.backend else "kernel" if hook.kernel else "static" if hook.staticmethod else "value"
+        return "members" if hook.members else "backend" if hook.backend else "kernel" if hook.kernel else "static" if hook.staticmethod else "value"
 
     assert {name: kind(hook) for name, hook in opclass.hooks().items()} == HOOK_KINDS
     kernels = [name for name, k in HOOK_KINDS.items() if k in ("backend", "kernel")]

@@ -20,7 +20,7 @@ from opclass.core import memo
 from opclass.core.compat import tagged_out
 from opclass.core.names import DEVICE_TYPES
 from opclass.define.hookspec import Hook, HookContext, positional_count, register_hook
-from opclass.builtin_hooks import eager, sharding, traceable
+from opclass.builtin_hooks import eager, providers, sharding, traceable
 from opclass.builtin_hooks.kernels import abstract_hook, autograd_hook, composite_hook, device_hook
 from opclass.install.functions import Formula
 from opclass.install.record import OpRecord
@@ -92,10 +92,9 @@ def _no_formula(record: OpRecord) -> None:
     if record.formula is not None:
         return  # a hook gave one in its place (eager_autograd)
     cls = record.cls_name
-    default = record.kernels.get(None)
     fix = (
         f"add eager_autograd = True to class {cls} (autograd then differentiates through {cls}.default, made of torch ops), or define setup_context and backward"
-        if default is not None and default.hook == "default"
+        if "default" in record.hooks
         else f"define {cls}.setup_context and {cls}.backward"
     )
     record.formula = Formula(missing=fix, missing_jvp=_missing_jvp(record))
@@ -240,3 +239,4 @@ def register_builtin_hooks() -> None:
     register_hook(Hook("reference", _metadata, kernel=True, doc="the op in torch ops, for opclass.decompositions(): what deployment decomposes it into", aliases=("decompose", "ref")))
     register_hook(Hook("samples", _metadata, check=_check_samples, doc="representative inputs for opclass.testing: () -> Sample or args tuples"))
     register_hook(traceable.traceable_hook())  # after the kernel hooks: it replaces their kernels
+    register_hook(providers.providers_hook())  # after traceable: the op's own kernels are candidates as traced

@@ -175,20 +175,42 @@ def fake_disagrees(record: OpRecord, where: str, args: tuple[Any, ...], kwargs: 
     )
 
 
-def debug_kernel(record: OpRecord, hook: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+def debug_kernel(record: OpRecord, hook: str, fn: Callable[..., Any], tolerances: Any = None) -> Callable[..., Any]:
     """``fn``, raising ``RuntimeError`` when it writes to an argument not in ``mutates_args`` or
-    returns what the fake kernel does not promise."""
+    returns what the fake kernel does not promise; for one of several kernels of the op (a
+    provider: ``tolerances`` has its ``atol`` and ``rtol``), also when it disagrees with the
+    op's reference (its ``reference``, else its ``default``) on the same inputs."""
     where = record.where(hook)
+    reference = None if tolerances is None else record.hooks.get("reference") or record.hooks.get("default")
 
     @functools.wraps(fn)
     def debug_kernel(*args: Any, **kwargs: Any) -> Any:
         before = watched(record, args, kwargs)
+        copies = tree_map_only(torch.Tensor, lambda t: t.detach().clone(), (args, kwargs)) if reference is not None else None
         result = fn(*args, **kwargs)
         problem = undeclared_write(where, record, before)
         if problem is None and all(_real(t) for t in tensors_in((*args, *kwargs.values()))):
             problem = fake_disagrees(record, where, args, kwargs, result)
+            if problem is None and copies is not None and reference is not None and reference is not fn:
+                problem = _disagrees_with_reference(record, where, reference, copies, (args, kwargs), result, tolerances)
         if problem is not None:
             raise RuntimeError(problem)
         return result
 
     return debug_kernel
+
+
+def _disagrees_with_reference(record: OpRecord, where: str, reference: Callable[..., Any], copies: Any, inputs: Any, result: Any, tolerances: Any) -> str | None:
+    """The reference, run on copies of the inputs, against a provider's result and writes."""
+    atol, rtol = tolerances.tolerances()
+    with torch.no_grad():
+        expected = reference(*copies[0], **copies[1])
+    try:
+        torch.testing.assert_close(tree_leaves(result), tree_leaves(expected), atol=atol, rtol=rtol)
+        written = [i for i, a in enumerate(record.arguments) if a.written]
+        got, want = record.arguments.values(*inputs), record.arguments.values(*copies)
+        torch.testing.assert_close([got[i] for i in written], [want[i] for i in written], atol=atol, rtol=rtol)
+    except AssertionError as e:
+        ref = record.where("reference" if "reference" in record.hooks else "default")
+        return f"{where} disagrees with {ref} (debug mode compares them on every call): {first_line(e)}; fix the provider, or give it atol=/rtol= in opclass.provider(...)"
+    return None

@@ -10,7 +10,8 @@ inside the kernel, and data-dependent Python in it (``if x.mean() > 0``) keeps w
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+import dataclasses
+from typing import Any, Callable
 
 import torch
 import torch.autograd.forward_ad as _forward_ad
@@ -131,9 +132,11 @@ def _call_backward_op(record: OpRecord, backward_op: Any) -> Callable[..., Any]:
 
 
 def _kernel_for(record: OpRecord, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Kernel | None:
-    """The kernel for the inputs' device (``None``: no Tensor, or no kernel for that device)."""
+    """The kernel for the inputs' device (``None``: no Tensor, or no kernel for that device). With
+    a gate (providers), the dispatcher's kernel, which makes this thread's choice."""
     first = next(record.arguments.tensors(args, kwargs), None)
-    return record.kernel_for(first.device.type) if first is not None else None
+    found = record.kernel_for(first.device.type) if first is not None else None
+    return dataclasses.replace(found, user=found.checked) if found is not None and record.gate is not None else found
 
 
 def _recompute_kernel(record: OpRecord) -> Callable[..., Any]:

@@ -101,7 +101,8 @@ def default_fake(record: OpRecord) -> None:
         f"{record.qualname} has no fake kernel, which torch.compile, torch.export and FakeTensor need: "
         f"define {record.cls_name}.abstract (same arguments; build outputs with torch.empty_like etc.)"
     )
-    default = record.kernels.get(None)
+    # The op's own default (the op in torch ops), whatever kernel another hook put in its place.
+    default = record.hooks.get("default")
     outs = record.outputs.outs
     fake: Callable[..., Any]
     runs: str | None = None  # the hook whose kernel runs as the fake one
@@ -112,7 +113,8 @@ def default_fake(record: OpRecord) -> None:
     elif not record.schema.returns:
         fake = lambda *args, **kwargs: None  # noqa: E731
     elif default is not None:
-        kernel, cls_name, runs = default.checked, record.cls_name, default.where
+        runs = record.where("default")
+        kernel, cls_name = record.outputs.checked(runs, default), record.cls_name
 
         def fake(*args: Any, **kwargs: Any) -> Any:
             try:

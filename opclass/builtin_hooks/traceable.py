@@ -19,7 +19,6 @@ it as usual, and ``traceable = ("cuda",)`` traces only the kernels for those dev
 from __future__ import annotations
 
 import collections.abc
-import functools
 from typing import Any, Callable, Iterator
 
 import torch
@@ -27,8 +26,9 @@ from torch import _C
 from torch._library import triton as _torch_triton
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 
-from opclass.core.shield import shield
+from opclass.core.shield import eager_kernel
 from opclass.define.hookspec import Hook, HookContext
+from opclass.builtin_hooks import choice
 from opclass.builtin_hooks.kernels import install_kernel
 from opclass.install.fake import register_fake
 from opclass.install.record import Kernel, OpRecord
@@ -36,8 +36,6 @@ from opclass.install.record import Kernel, OpRecord
 __all__ = ["traceable_hook"]
 
 _HOOK = "traceable"
-# torch's own switch (triton_op's kernels flip it the same way); a thread-local, read per launch.
-_WRAP = _torch_triton.wrap_triton_enabled
 
 
 def _check(value: Any, ctx: HookContext) -> None:
@@ -87,21 +85,6 @@ def _traced(record: OpRecord, value: Any) -> tuple[dict[str | None, Kernel], dic
     return kernels, by_device
 
 
-def eager_kernel(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` run with ``wrap_triton`` off: eager launches skip the higher-order op (as triton_op's do)."""
-
-    @functools.wraps(fn)
-    def eager(*args: Any, **kwargs: Any) -> Any:
-        before = getattr(_WRAP, "value", _torch_triton.wrap_triton_enabled_default)
-        _WRAP.value = False
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            _WRAP.value = before
-
-    return shield(eager)
-
-
 def _device_type(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     """The device type a call runs on: its first Tensor's, else its ``torch.device`` argument's."""
     device = None
@@ -113,9 +96,10 @@ def _device_type(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     return device
 
 
-def _decomposition_rule(traced: dict[str, Callable[..., Any]]) -> Callable[..., Any]:
+def _decomposition_rule(record: OpRecord, traced: dict[str, Callable[..., Any]]) -> Callable[..., Any]:
     """The FunctionalTensorMode rule: run the traced kernel under the mode (torch's triton_op
-    ``functional_decomp``), or keep the op as one node for untraced devices and torch.export."""
+    ``functional_decomp``), or keep the op as one node for untraced devices and torch.export. An
+    op with providers traces the provider the call would run, chosen now (the graph keeps it)."""
     default = traced.get("")
 
     def functional_decomposition(mode: Any, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
@@ -127,6 +111,9 @@ def _decomposition_rule(traced: dict[str, Callable[..., Any]]) -> Callable[..., 
             return NotImplemented  # another Tensor subclass: its own __torch_dispatch__ goes first
         device = _device_type(args, kwargs)
         fn = traced.get(device, default) if device is not None else default
+        table = choice.table_of(record)
+        if fn is not None and table is not None:
+            fn = table.traced(device if device in table.slots else None, args, kwargs)
         if fn is None:
             return mode.__torch_dispatch__(func, types, args, kwargs)
         with mode:
@@ -158,7 +145,7 @@ def _install(record: OpRecord, value: Any) -> None:
     for device, kernel in traced_kernels.items():
         # Replaces the kernel hook's at its own key: the plan keeps its fast path.
         install_kernel(record, kernel.hook, device, eager_kernel(record.hooks[kernel.hook]))
-    torch.library.register_torch_dispatch(record.qualname, FunctionalTensorMode, _decomposition_rule(by_device), lib=record.lib)
+    torch.library.register_torch_dispatch(record.qualname, FunctionalTensorMode, _decomposition_rule(record, by_device), lib=record.lib)
     if record.fake is None and record.schema.returns and not (record.is_inplace or record.is_out):
         register_fake(record, _fake_kernel(record, by_device), record.where(_HOOK))
     _inner_kernels(record).add(record, list(by_device.values()))

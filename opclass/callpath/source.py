@@ -166,8 +166,11 @@ class _Body:
             if not a.kind.tensor
         ]
         fns = functions(record)
+        # A gate (a hook's per-thread state) sends every plain call to the dispatcher while open.
+        self.gate = ["_gate[0]"] if record.plan.gate is not None else []
         closure.update(
             {
+                "_gate": record.plan.gate,
                 "_tfm": _C._is_torch_function_mode_enabled, "_profiling": _C._autograd._profiler_enabled, "_fw": _forward_ad,
                 "_grad": _C.is_grad_enabled, "_autocast": _C._is_any_autocast_enabled, "_excluded": _C._dispatch_tls_is_dispatch_key_excluded,
                 "_ADIV": _C.DispatchKey.ADInplaceOrView, "_bump": _C._increment_version, "_Call": Call, "_apply": _c_apply(fns.generic),
@@ -189,7 +192,7 @@ class _Body:
         """One C call classifies every Tensor argument and the thread-local state."""
         assert self.native is not None
         self.closure.update({"_guard": self.native.guard, "_spec": "".join(a.kind.letter for a in tensors).encode()})
-        conditions = ["_g", *self.value_guards] + (["not _autocast()"] if self.plan.autocast_devices else [])
+        conditions = ["_g", *self.value_guards] + (["not _autocast()"] if self.plan.autocast_devices else []) + [f"not {g}" for g in self.gate]
         ind = "        "
         lines = [f"    _g = _guard(_spec, {', '.join(a.name for a in tensors)})", f"    if {' and '.join(conditions)}:", *self._lists_from_tuples(ind)]
         for d in self.kernels:
@@ -203,7 +206,7 @@ class _Body:
         self.closure.update(
             {"_included_set": _C._dispatch_tls_local_include_set, "_included_ok": pyguard.INCLUDED_OK, "_excluded_set": _C._dispatch_tls_local_exclude_set, "_bad_excluded": pyguard.BAD_EXCLUDED}
         )
-        guard = "_tfm() or _included_set().raw_repr() not in _included_ok or _excluded_set().raw_repr() & _bad_excluded or _profiling() or _fw._current_level >= 0"
+        guard = " or ".join(["_tfm() or _included_set().raw_repr() not in _included_ok or _excluded_set().raw_repr() & _bad_excluded or _profiling() or _fw._current_level >= 0", *self.gate])
         lines, ind = [f"    if not ({guard}{' or _autocast()' if self.plan.autocast_devices else ''}):"], "        "
         if self.value_guards:
             lines.append(f"{ind}if {' and '.join(self.value_guards)}:")
@@ -220,7 +223,7 @@ class _Body:
         self.closure.update({"_s": pyguard.Slots(), "_miss": pyguard.miss, "_devices": frozenset(self.kernels), "_NT": pyguard.NO_TENSOR, **INLINE_NAMES})
         # What the recorded key sets cannot show, checked on every call.
         self.closure.update({"_modes": _C._len_torch_dispatch_stack, "_tracing": _C._is_tracing, "_included": _C._dispatch_tls_is_dispatch_key_included, "_PD": _C.DispatchKey.PythonDispatcher})
-        guard = "_tfm() or _profiling() or _fw._current_level >= 0 or _modes() or _tracing() or _included(_PD)"
+        guard = " or ".join(["_tfm() or _profiling() or _fw._current_level >= 0 or _modes() or _tracing() or _included(_PD)", *self.gate])
         if self.plan.autocast_devices:
             guard += " or _autocast()"  # else a miss under autocast would record it as plain
         lines, ind = [f"    if not ({guard}):"], "        "
@@ -274,10 +277,10 @@ class _Body:
         return [f"{ind}return _apply({names}, _Call(None, {len(self.table.positional)}, {tuple(a.name for a in self.table.keyword_only)!r}, _k_{device}))"]
 
     def _kernel_call(self, device: str, ind: str, differentiable: bool = False, bump: str = "not _excluded(_ADIV)", inline_fresh: bool = False) -> list[str]:
-        """Bump versions of mutated arguments, call the kernel, finish its output as the output
-        contract says, return."""
-        record, table = self.record, self.table
-        finish = f"_out = _finish(_where_{device}, {table.args_text()}, {table.kwargs_text()}, _out)"
+        """Bump versions of mutated arguments, call the kernel (the first of the kernel's inline
+        choices whose predicate accepts the arguments), finish its output as the output contract
+        says, return."""
+        table, inline = self.table, self.kernels[device].inline
         lines = []
         if table.written:
             # Before the kernel, as on the dispatcher path: a kernel that raises has still written.
@@ -287,7 +290,20 @@ class _Body:
                 lines.append(f"{ind}    _bump(({names}))")
             else:
                 lines.append(f"{ind}    _bump([_t for _v in ({names}) for _t in (_v if type(_v) is list else (_v,)) if _t is not None])")
-        lines.append(f"{ind}_out = _u_{device}({table.call()})")
+        if not inline:
+            return lines + self._call(f"_u_{device}", f"_where_{device}", ind, differentiable, inline_fresh)
+        for i, (predicate, fn, where) in enumerate(inline):
+            self.closure.update({f"_u_{device}_{i}": fn, f"_where_{device}_{i}": where})
+            if predicate is None:
+                return lines + self._call(f"_u_{device}_{i}", f"_where_{device}_{i}", ind, differentiable, inline_fresh)
+            self.closure[f"_p_{device}_{i}"] = predicate
+            lines += [f"{ind}if _p_{device}_{i}({table.call()}):", *self._call(f"_u_{device}_{i}", f"_where_{device}_{i}", ind + "    ", differentiable, inline_fresh)]
+        return lines + [f"{ind}return _op({table.call()})"]  # no candidate takes it: the dispatcher says why
+
+    def _call(self, fn: str, where: str, ind: str, differentiable: bool, inline_fresh: bool) -> list[str]:
+        record, table = self.record, self.table
+        finish = f"_out = _finish({where}, {table.args_text()}, {table.kwargs_text()}, _out)"
+        lines = [f"{ind}_out = {fn}({table.call()})"]
         if record.outputs.single:
             # Fresh: a plain Tensor only this frame holds, whose storage nothing else uses.
             if inline_fresh:  # the test raises for an output without storage: not fresh
@@ -299,13 +315,13 @@ class _Body:
             lines.append(f"{ind}{finish}")
         if differentiable:
             self.closure["_check_differentiable"] = record.differentiates_kernel
-            lines.append(f"{ind}_check_differentiable(_where_{device}, _out)")
+            lines.append(f"{ind}_check_differentiable({where}, _out)")
         return lines + [f"{ind}return _out"]
 
 
 def c_entry(record: OpRecord) -> tuple[Any, ...] | None:
     """What the native class call needs to run a simple op's plain-eager call entirely in C:
-    ``(spec, single, kernel_cpu, kernel_cuda, apply_cpu, apply_cuda, finish)``, or ``None``.
+    ``(spec, single, kernel_cpu, kernel_cuda, apply_cpu, apply_cuda, finish, gate)``, or ``None``.
 
     Only for the cases the generated function handles without extra logic: positional Tensor,
     float, int and bool parameters (all passed), a functional op, no autocast kernel. The C code
@@ -321,17 +337,28 @@ def c_entry(record: OpRecord) -> tuple[Any, ...] | None:
     ):
         return None
     fast = functions(record).fast
-    kernels = [plan.kernels[d].user if d in plan.kernels else None for d in FAST_DEVICES]
+    kernels = [_entry_kernel(plan.kernels[d]) if d in plan.kernels else None for d in FAST_DEVICES]
     applies = [_c_apply(fast[d]) if d in plan.kernels and d in fast and plan.grad == "function" else None for d in FAST_DEVICES]
-    wheres = {d: k.where for d, k in plan.kernels.items()}
+    wheres: dict[tuple[str, int | None], str] = {(d, i): where for d, k in plan.kernels.items() for i, (_, _, where) in enumerate(k.inline)}
+    wheres.update({(d, None): k.where for d, k in plan.kernels.items()})
     finish = record.outputs.finish
 
-    def finish_entry(out: Any, *args: Any) -> Any:
-        """A kernel's output that is not final: the output contract."""
-        return finish(wheres[next(a.device.type for a in args if isinstance(a, torch.Tensor))], args, {}, out)
+    def finish_entry(chosen: int | None, out: Any, *args: Any) -> Any:
+        """A kernel's output that is not final: the output contract (``chosen``: which of the
+        kernel's inline choices ran)."""
+        return finish(wheres[next(a.device.type for a in args if isinstance(a, torch.Tensor)), chosen], args, {}, out)
 
     spec = "".join(a.kind.entry or "" for a in table).encode()
-    return (spec, record.outputs.single, *kernels, *applies, finish_entry)
+    return (spec, record.outputs.single, *kernels, *applies, finish_entry, plan.gate)
+
+
+def _entry_kernel(k: Any) -> Any:
+    """The C entry's kernel for a device: the function, or for inline choices the tuple
+    ``(predicate, function, ..., last)`` (``last``: ``None`` where every choice has a predicate)."""
+    if not k.inline:
+        return k.user
+    pairs = [x for predicate, fn, _ in k.inline if predicate is not None for x in (predicate, fn)]
+    return (*pairs, k.inline[-1][1] if k.inline[-1][0] is None else None)
 
 
 def _c_apply(fn_cls: type[torch.autograd.Function]) -> Callable[..., Any]:

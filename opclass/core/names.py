@@ -23,7 +23,8 @@ CLASS_KEYWORDS = ("name", "namespace", "mutates_args", "schema", "tags", "existi
 
 #: Every built-in hook by kind, in registration order: ``"backend"`` (a kernel that makes the class
 #: an op; it takes the op's arguments), ``"kernel"`` (takes the op's arguments, makes no op),
-#: ``"static"`` (another static method) or ``"value"`` (a class attribute).
+#: ``"static"`` (another static method), ``"value"`` (a class attribute) or ``"members"`` (static
+#: methods of any name, marked as its members: each takes the op's arguments).
 HOOK_KINDS: dict[str, str] = {
     "default": "backend",
     **{device: "backend" for device in DEVICE_TYPES},
@@ -41,6 +42,7 @@ HOOK_KINDS: dict[str, str] = {
     "reference": "kernel",
     "samples": "static",
     "traceable": "value",
+    "providers": "members",
 }
 
 #: The name torch gives an op's overload without a name (``torch.ops.ns.op.default``).

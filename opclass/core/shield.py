@@ -1,8 +1,12 @@
-"""Kernels torch.compile must not trace when they run eagerly."""
+"""Kernels torch.compile must not trace when they run eagerly, and Triton launches that skip
+torch's higher-order op when they run eagerly."""
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+import functools
+from typing import Any, Callable, TypeVar
+
+from torch._library import triton as _torch_triton
 
 F = TypeVar("F")
 
@@ -23,3 +27,22 @@ def shield(fn: F) -> F:
     if _SKIP is not None and code is not None:
         set_code_exec_strategy(code, _SKIP)
     return fn
+
+
+# torch's own switch (triton_op's kernels flip it the same way); a thread-local, read per launch.
+_WRAP = _torch_triton.wrap_triton_enabled
+
+
+def eager_kernel(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` run with ``wrap_triton`` off: eager launches skip the higher-order op (as triton_op's do)."""
+
+    @functools.wraps(fn)
+    def eager(*args: Any, **kwargs: Any) -> Any:
+        before = getattr(_WRAP, "value", _torch_triton.wrap_triton_enabled_default)
+        _WRAP.value = False
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _WRAP.value = before
+
+    return shield(eager)

@@ -157,6 +157,14 @@ def tensors_in(values: Any) -> Iterator[torch.Tensor]:
             yield from (t for t in v if isinstance(t, torch.Tensor))
 
 
+# --------------------------------------------------------------------------- device names
+
+#: Device types torch knows (a class method named after one, with no hook, is a mistake).
+DEVICE_TYPES = frozenset({"cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip", "ve", "fpga", "maia", "xla", "lazy", "vulkan", "mps", "hpu", "mtia", "privateuseone"})
+#: Device names torch does not know, and the device type meant.
+MISTAKEN_DEVICES = {"gpu": "cuda", "tpu": "xla", "npu": "privateuseone", "metal": "mps", "rocm": "cuda", "hpu_": "hpu"}
+
+
 # --------------------------------------------------------------------------- plain eager calls
 
 #: Device types the guards classify, with their backend dispatch keys.

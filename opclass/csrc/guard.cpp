@@ -296,15 +296,43 @@ PyObject* meta_call(PyObject* cls, PyObject* args, PyObject* kwargs) {
 }
 
 PyObject* fast_name = nullptr;  // "_opclass_fast"
+PyObject* zero = nullptr;  // the int 0 (one object: CPython keeps small ints unique)
 
 // The whole plain-eager call in C, for simple ops (see callpath/source.py, c_entry): fast is
-// (spec, single, kernel_cpu, kernel_cuda, apply_cpu, apply_cuda, finish). Returns NotImplemented
-// (a new reference) when the generated call function must decide instead.
+// (spec, single, kernel_cpu, kernel_cuda, apply_cpu, apply_cuda, finish, gate). Returns
+// NotImplemented (a new reference) when the generated call function must decide instead.
 PyObject* fast_call(PyObject* fast, const char* spec, PyObject* const* args, Py_ssize_t nargs) {
   int code = classify_call(spec, args, nargs);
   PyObject* target = code == kCodeCpu || code == kCodeCuda                          ? PyTuple_GET_ITEM(fast, code + 1)
       : code == (kCodeCpu | kCodeGrad) || code == (kCodeCuda | kCodeGrad) ? PyTuple_GET_ITEM(fast, code - 1)
                                                                           : Py_None;
+  // Inline choices (providers): (predicate, kernel, ..., last): the first kernel whose predicate
+  // accepts the arguments, else last (None: the generated call function decides).
+  Py_ssize_t chosen = -1;
+  if (PyTuple_CheckExact(target)) {
+    Py_ssize_t n = PyTuple_GET_SIZE(target);
+    PyObject* picked = PyTuple_GET_ITEM(target, n - 1);
+    for (Py_ssize_t i = 0; i + 1 < n; i += 2) {
+      PyObject* ok = PyObject_Vectorcall(PyTuple_GET_ITEM(target, i), args, static_cast<size_t>(nargs), nullptr);
+      if (ok == nullptr) {
+        return nullptr;
+      }
+      int truth = PyObject_IsTrue(ok);
+      Py_DECREF(ok);
+      if (truth < 0) {
+        return nullptr;
+      }
+      if (truth) {
+        picked = PyTuple_GET_ITEM(target, i + 1);
+        chosen = i / 2;
+        break;
+      }
+    }
+    if (chosen < 0 && picked != Py_None) {
+      chosen = n / 2;  // last: the choice after every predicate one
+    }
+    target = picked;
+  }
   if (target == Py_None) {
     Py_RETURN_NOTIMPLEMENTED;
   }
@@ -314,13 +342,20 @@ PyObject* fast_call(PyObject* fast, const char* spec, PyObject* const* args, Py_
   if (out == nullptr || (code & kCodeGrad) || (PyTuple_GET_ITEM(fast, 1) == Py_True && is_fresh(out, 1))) {
     return out;
   }
-  // finish(out, *args): the full aliasing check and the conversion the dispatcher would do.
-  std::vector<PyObject*> full(static_cast<size_t>(nargs) + 1);
-  full[0] = out;
+  // finish(chosen, out, *args): the full aliasing check and the conversion the dispatcher would do.
+  PyObject* index = chosen < 0 ? Py_NewRef(Py_None) : PyLong_FromSsize_t(chosen);
+  if (index == nullptr) {
+    Py_DECREF(out);
+    return nullptr;
+  }
+  std::vector<PyObject*> full(static_cast<size_t>(nargs) + 2);
+  full[0] = index;
+  full[1] = out;
   for (Py_ssize_t i = 0; i < nargs; ++i) {
-    full[static_cast<size_t>(i) + 1] = args[i];
+    full[static_cast<size_t>(i) + 2] = args[i];
   }
   PyObject* result = PyObject_Vectorcall(PyTuple_GET_ITEM(fast, 6), full.data(), full.size(), nullptr);
+  Py_DECREF(index);
   Py_DECREF(out);
   return result;
 }
@@ -331,7 +366,9 @@ PyObject* op_vectorcall(PyObject* cls, PyObject* const* args, size_t nargsf, PyO
   // The C entry first: a class has one only while its generated call function is current.
   Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
   PyObject* fast = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(cls), fast_name);  // borrowed
-  if (fast != nullptr && PyTuple_CheckExact(fast) && PyTuple_GET_SIZE(fast) == 7 &&
+  // gate: None, or a list whose first item is 0 while plain calls may skip the dispatcher.
+  PyObject* gate = fast != nullptr && PyTuple_CheckExact(fast) && PyTuple_GET_SIZE(fast) == 8 ? PyTuple_GET_ITEM(fast, 7) : nullptr;
+  if (gate != nullptr && (gate == Py_None || (PyList_CheckExact(gate) && PyList_GET_SIZE(gate) > 0 && PyList_GET_ITEM(gate, 0) == zero)) &&
       (kwnames == nullptr || PyTuple_GET_SIZE(kwnames) == 0)) {
     PyObject* spec = PyTuple_GET_ITEM(fast, 0);
     if (PyBytes_GET_SIZE(spec) == nargs) {
@@ -455,6 +492,7 @@ PyModuleDef module = {PyModuleDef_HEAD_INIT, "opclass_guard", nullptr, -1, metho
 PyMODINIT_FUNC PyInit_opclass_guard(void) {
   call_name = PyUnicode_InternFromString("_opclass_call");
   fast_name = PyUnicode_InternFromString("_opclass_fast");
+  zero = PyLong_FromLong(0);
   level_name = PyUnicode_InternFromString("_current_level");
   PyObject* m = PyModule_Create(&module);
   if (m == nullptr) {

@@ -106,6 +106,13 @@ class Arguments(tuple):  # type: ignore[type-arg]
         n = len(args)
         return [args[a.index] if a.index < n and not a.keyword_only else kwargs.get(a.name, missing) for a in self]
 
+    def complete(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The call with every argument: the positional ones (a left-out one: its default) and
+        the keyword-only ones by name, as the dispatcher drops those equal to their default."""
+        n = len(args)
+        positional = (*args, *(kwargs[a.name] if a.name in kwargs else a.default for a in self.positional[n:]))
+        return positional, {a.name: kwargs[a.name] if a.name in kwargs else a.default for a in self.keyword_only}
+
     def tensors(self, args: Sequence[Any], kwargs: Mapping[str, Any], which: Sequence[Argument] | None = None) -> Iterator[torch.Tensor]:
         """Every Tensor the call passes (list elements too), in schema order; ``which``: only those
         arguments' (``table.written``)."""

@@ -27,19 +27,16 @@ import torch
 from opclass.core import memo
 from opclass.core.compat import config_stand_in, tagged_inplace, tagged_out
 from opclass.core.names import CLASS_KEYWORDS
+from opclass.core.types import DEVICE_TYPES, MISTAKEN_DEVICES
 from opclass.define import schema as schemas
 from opclass.define.annotations import SchemaProblem, config_name, resolve_annotations
 from opclass.define.arguments import Arguments
-from opclass.define.hookspec import Hook, HookContext, hooks
+from opclass.define.hookspec import MEMBER_OF, Hook, HookContext, hooks, kernels_of, member_hook
 from opclass.define.spec import Keywords, OpSpec
 from opclass.errors import definition_error, did_you_mean, formatdef
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RESERVED_NAMESPACES = {"aten", "prim", "prims", "quantized", "_quantized", "inductor", "higher_order", "_c10d_functional", "c10d"}
-# Device names torch does not know, and the one that was meant.
-_NOT_DEVICES = {"gpu": "cuda", "tpu": "xla", "npu": "privateuseone", "metal": "mps", "rocm": "cuda", "hpu_": "hpu"}
-# Device types torch knows; a method named after one without a hook must not pass as a helper.
-_TORCH_DEVICE_TYPES = {"cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip", "ve", "fpga", "maia", "xla", "lazy", "vulkan", "mps", "hpu", "mtia", "privateuseone"}
 _STUB = "__opclass_stub__"
 
 
@@ -92,8 +89,11 @@ class OpBuilder:
         which subclasses inherit."""
         for klass in reversed(self.cls.__mro__):
             for attr, raw in vars(klass).items():
-                if attr in self.hooks and not getattr(_unwrap(raw), _STUB, False):
-                    self.defined[attr] = _unwrap(raw)
+                fn = _unwrap(raw)
+                if attr in self.hooks and not getattr(fn, _STUB, False):
+                    self.defined[attr] = fn
+                elif hasattr(fn, MEMBER_OF) and (owner := member_hook(self.hooks, fn)) is not None:
+                    self.defined.setdefault(owner, {})[attr] = fn
         # A variant of a concrete op keeps its signature unless it annotates its own kernels.
         base = next((k.__dict__["_opclass_record"] for k in self.cls.__mro__[1:] if k.__dict__.get("_opclass_record")), None)
         self.inherited_schema = base.schema_str if base is not None else None
@@ -111,7 +111,7 @@ class OpBuilder:
     def validate_attributes(self) -> None:
         """Hooks written as static methods; no near-miss hook names among the helpers."""
         for attr, raw in vars(self.cls).items():
-            if attr.startswith("__") or attr.startswith("_opclass"):
+            if attr.startswith("__") or attr.startswith("_opclass") or getattr(_unwrap(raw), MEMBER_OF, None) is not None:
                 continue
             hook = self.hooks.get(attr)
             fn = _unwrap(raw)
@@ -126,10 +126,10 @@ class OpBuilder:
                 continue
             if attr.startswith("_") or not (inspect.isfunction(fn) or isinstance(raw, (staticmethod, classmethod))):
                 continue
-            device = _NOT_DEVICES.get(attr.lower())
+            device = MISTAKEN_DEVICES.get(attr.lower())
             if device is not None:
                 self.fail(attr, f"unknown device type {attr!r}", f"the torch device type is '{device}': rename the method {device}", fn)
-            if attr in _TORCH_DEVICE_TYPES:
+            if attr in DEVICE_TYPES:
                 self.fail(
                     attr,
                     f"{attr!r} is a torch device type with no opclass hook",
@@ -199,6 +199,19 @@ class OpBuilder:
     def is_concrete(self) -> bool:
         return any(self.hooks[h].backend for h in self.defined)
 
+    def kernels(self) -> dict[str, Any]:
+        return kernels_of(self.hooks, self.defined)
+
+    def gather_members(self, qualname: str) -> None:
+        """Members given from outside the class (``Hook.extra``), now that the op's name is known."""
+        for hook in self.hooks.values():
+            extra = hook.extra(qualname) if hook.members and hook.extra is not None else {}
+            for name, fn in extra.items():
+                members = self.defined.setdefault(hook.name, {})
+                if name in members or name in self.hooks:
+                    self.fail(name, f"{qualname} already has a {hook.name} member or hook named {name!r}", f"give the one added from outside another name", fn)
+                members[name] = fn
+
     def resolve_name(self, kw: Keywords) -> tuple[str, str, str]:
         """``(namespace, name, overload)`` from ``name=``/``namespace=``/the class name."""
         raw = kw.name
@@ -232,7 +245,7 @@ class OpBuilder:
         for hook, _, parsed in self.derived(qualname, lambda fn: mutated, op_tags, True):
             diff = schemas.describe_difference(schema, parsed)
             if diff is not None:
-                self.fail(hook, f"disagrees with the existing op {qualname}{self.schema_text} ({diff})", "annotate it as the op's schema says, or not at all", self.defined[hook])
+                self.fail(hook, f"disagrees with the existing op {qualname}{self.schema_text} ({diff})", "annotate it as the op's schema says, or not at all", self.kernels()[hook])
         return schema, dataclasses.replace(kw, tags=op_tags)
 
     def derived(self, qualname: str, mutates: Callable[[Any], Sequence[str]], tags: tuple[torch.Tag, ...], elsewhere: bool) -> list[tuple[str, str, torch._C.FunctionSchema]]:
@@ -241,12 +254,13 @@ class OpBuilder:
         A hook annotated in part (``def abstract(x, shape) -> Tensor``) needs the schema from
         elsewhere (another kernel, ``schema=``, the base class: ``elsewhere``, or the existing op);
         it goes to ``partial``, whose annotations :meth:`validate_kernels` checks."""
-        annotated = [h for h, fn in self.defined.items() if self.hooks[h].kernel and _annotations(fn)]
-        complete = [h for h in annotated if schemas.fully_annotated(self.defined[h])]
+        kernels = self.kernels()
+        annotated = [h for h, fn in kernels.items() if _annotations(fn)]
+        complete = [h for h in annotated if schemas.fully_annotated(kernels[h])]
         self.partial = [h for h in annotated if h not in complete] if complete or elsewhere else []
         found: list[tuple[str, str, torch._C.FunctionSchema]] = []
         for hook in (h for h in annotated if h not in self.partial):
-            fn = self.defined[hook]
+            fn = kernels[hook]
             try:
                 text = schemas.derive(fn, mutates(fn), tags)
             except SchemaProblem as e:
@@ -268,9 +282,9 @@ class OpBuilder:
             if diff is not None:
                 self.fail(
                     hook,
-                    f"disagrees with {formatdef(self.cls_name, first_hook, self.defined[first_hook])} ({diff})",
+                    f"disagrees with {formatdef(self.cls_name, first_hook, self.kernels()[first_hook])} ({diff})",
                     "give every annotated kernel the same signature, or annotate only one",
-                    self.defined[hook],
+                    self.kernels()[hook],
                 )
         if kw.schema is not None:
             explicit = self._parse(qualname, kw.schema, None)
@@ -281,7 +295,7 @@ class OpBuilder:
                 diff = schemas.describe_difference(explicit, derived[0][2])
                 if diff is not None:
                     hook = derived[0][0]
-                    self.fail(hook, f"disagrees with schema={kw.schema!r} ({diff})", "make the annotations match the schema, or drop them", self.defined[hook])
+                    self.fail(hook, f"disagrees with schema={kw.schema!r} ({diff})", "make the annotations match the schema, or drop them", self.kernels()[hook])
             given = set(kw.mutates_args) if kw.mutates_given and not kw.mutates_unknown else None
             in_schema = {a.name for a in Arguments.of(explicit).written}
             if given is not None and given != in_schema:
@@ -296,8 +310,8 @@ class OpBuilder:
             self.schema_text = self.inherited_schema
             return self._parse(qualname, self.inherited_schema, None)
         if not derived:
-            hook = next(h for h in self.defined if self.hooks[h].backend)
-            self.fail(hook, "has no type annotations and the class gives no schema=", "annotate the kernel (x: Tensor) -> Tensor, or pass schema='(Tensor x) -> Tensor'", self.defined[hook])
+            hook, fn = next((h, fn) for h, fn in self.kernels().items() if h not in self.hooks or self.hooks[h].backend)
+            self.fail(hook, "has no type annotations and the class gives no schema=", "annotate the kernel (x: Tensor) -> Tensor, or pass schema='(Tensor x) -> Tensor'", fn)
         self.schema_text = derived[0][1]
         return derived[0][2]
 
@@ -309,7 +323,7 @@ class OpBuilder:
             return schemas.parse(qualname, text)
         except RuntimeError as e:
             detail = str(e).strip().splitlines()[0]
-            self.fail(hook, f"schema {text!r} does not parse ({detail})", "see the schema table in the docs", self.defined.get(hook or ""))
+            self.fail(hook, f"schema {text!r} does not parse ({detail})", "see the schema table in the docs", self.kernels().get(hook or ""))
         raise AssertionError  # unreachable: fail() raises
 
     def validate_kernels(self, table: Arguments, kw: Keywords) -> None:
@@ -320,15 +334,16 @@ class OpBuilder:
                 guess = did_you_mean(m, names)
                 self.fail(None, f"mutates_args names {m!r}, which is not a parameter ({', '.join(names)})", f"did you mean {guess!r}?" if guess else "list parameter names only")
         for hook, fn in self.defined.items():
-            if self.hooks[hook].kernel and (not _annotations(fn) or hook in self.partial):
-                problem = schemas.kernel_signature_problem(fn, table)
-                if problem is not None:
-                    self.fail(hook, problem, f"write {hook}{table.parameters()}{_positional_only(fn, table)}", fn)
             leading = self.hooks[hook].arguments_from
             if leading is not None:
                 problem = schemas.missing_default(fn, table, leading)
                 if problem is not None:
                     self.fail(hook, problem, f"write {hook}{table.parameters(list(memo.signature(fn).parameters)[:leading])}", fn)
+        for hook, fn in self.kernels().items():
+            if not _annotations(fn) or hook in self.partial:
+                problem = schemas.kernel_signature_problem(fn, table)
+                if problem is not None:
+                    self.fail(hook, problem, f"write {hook}{table.parameters()}{_positional_only(fn, table)}", fn)
             if hook in self.partial:
                 problem = schemas.annotation_problem(fn, self.schema)
                 if problem is not None:
@@ -395,6 +410,7 @@ class OpBuilder:
             return None
         ns, name, overload = self.resolve_name(kw)
         qualname = f"{ns}::{name}" + (f".{overload}" if overload else "")
+        self.gather_members(qualname)
         if kw.existing:
             self.schema, kw = self.existing_schema(kw, qualname)
         else:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from opclass.define.arguments import Arguments
     from opclass.install.record import OpRecord  # the install layer is above this one: types only
 
-__all__ = ["Hook", "HookContext", "register_hook", "unregister_hook", "hooks"]
+__all__ = ["Hook", "HookContext", "MEMBER_OF", "register_hook", "unregister_hook", "hooks"]
 
 
 @dataclasses.dataclass
@@ -95,6 +95,11 @@ class Hook:
         fallback: ``fallback(record)``, run for a class that does not define the hook, after
             every installer ran: what stands in for the hook (``abstract``'s is the fake kernel
             opclass generates).
+        members: the hook's value is a dict of named functions rather than one attribute: the
+            class's functions marked with ``setattr(fn, MEMBER_OF, name)`` (``opclass.provider``
+            marks its functions for the ``providers`` hook), whatever their attribute names,
+            and ``extra(qualname)``'s. With ``kernel``, each one is checked as a kernel is.
+        extra: ``extra(qualname)``: members given from outside the class, by the op's name.
 
     Example:
         >>> import opclass
@@ -119,7 +124,12 @@ class Hook:
     aliases: tuple[str, ...] = ()
     arguments_from: int | None = None
     fallback: Callable[["OpRecord"], None] | None = None
+    members: bool = False
+    extra: Callable[[str], Mapping[str, Any]] | None = None
 
+
+#: The attribute that marks a function as a member of a hook's collection (see ``Hook.members``).
+MEMBER_OF = "__opclass_member_of__"
 
 _HOOKS: dict[str, Hook] = {}
 _LOCK = threading.Lock()
@@ -168,6 +178,22 @@ def hooks() -> Mapping[str, Hook]:
     """
     with _LOCK:
         return dict(_HOOKS)
+
+
+def kernels_of(registry: Mapping[str, Hook], defined: Mapping[str, Any]) -> dict[str, Any]:
+    """Every kernel a class defines, by the name errors give it: each kernel hook's function, and
+    each member of a hook that collects kernels (``Hook.members``)."""
+    found: dict[str, Any] = {}
+    for name, value in defined.items():
+        if registry[name].kernel:
+            found.update(value if registry[name].members else {name: value})
+    return found
+
+
+def member_hook(registry: Mapping[str, Hook], fn: Any) -> str | None:
+    """The hook ``fn`` is marked a member of (``MEMBER_OF``), where that hook collects members."""
+    name = getattr(fn, MEMBER_OF, None)
+    return name if isinstance(name, str) and name in registry and registry[name].members else None
 
 
 def positional_count(fn: Any) -> int | None:

@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["register_own_kernels", "plain_keysets", "bump_mutated", "check_mutation"]
 
 _ADIV = _C.DispatchKey.ADInplaceOrView
+_OPEN = [0]  # the gate of an op whose plain calls never need the dispatcher
 _AFTER_AD_INPLACE = _C._after_ADInplaceOrView_keyset
 
 
@@ -87,8 +89,11 @@ def generic_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
     module = native.native_module()
     guard = module.guard if module is not None else None
     specs = _guard_specs(record)
-    # The native guard's code per device, and that device's kernel.
-    codes = {DEVICE_CODES[d]: k for d, k in record.plan.kernels.items()}
+    # The native guard's code per device, and that device's kernel (with a gate, what a hook
+    # may change after this kernel is registered: its checked kernel, which reads that state).
+    gated = record.plan.gate is not None
+    codes = {DEVICE_CODES[d]: dataclasses.replace(k, user=k.checked) if gated else k for d, k in record.plan.kernels.items()}
+    gate = record.plan.gate or _OPEN
     fresh, single, finish = output_is_fresh(), record.outputs.single, record.outputs.finish
     # _any_requires_grad does not look into lists holding None; the guards do.
     optional_lists = tuple(a.index for a in record.arguments.positional if a.jit == "List[Optional[Tensor]]")
@@ -102,7 +107,7 @@ def generic_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
         return apply
 
     def autograd_kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
-        if guard is not None and not kwargs:
+        if guard is not None and not kwargs and not gate[0]:
             # One native call answers "plain dense tensors, one device, grad needed?".
             code = guard(specs[len(args)], *args)
             k = codes.get(code)

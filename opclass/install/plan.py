@@ -63,6 +63,8 @@ class CallPlan:
     off: str | None
     #: Devices left to the dispatcher, and why.
     notes: tuple[str, ...] = ()
+    #: The record's gate: while its first item is non-zero, plain calls take the dispatcher.
+    gate: list[int] | None = None
 
     def __str__(self) -> str:
         if self.off is not None:
@@ -101,7 +103,7 @@ def build_plan(record: OpRecord, registrations: list[Registration]) -> CallPlan:
     # An extended op without a formula gets no Autograd kernel of ours: grad is the dispatcher's.
     own_autograd = not spec.existing or record.differentiable
     grad = "eager" if record.differentiates_kernel is not None else "dispatcher" if spec.mutated or spec.is_out or not own_autograd else "function"
-    return CallPlan(kernels if not foreign else {}, autocast, grad, off, tuple(notes))
+    return CallPlan(kernels if not foreign else {}, autocast, grad, off, tuple(notes), record.gate)
 
 
 def _outside(*args: Any, **kwargs: Any) -> Any:
@@ -143,6 +145,8 @@ def _default_mismatch(kernel: Kernel, table: Arguments) -> str | None:
         own = memo.signature(kernel.user).parameters
     except (TypeError, ValueError):
         return None
+    if any(p.kind is p.VAR_POSITIONAL for p in own.values()):
+        return None  # it takes what it is given, and fills in what is left out itself
     for a in table:
         if not a.has_default:
             continue

@@ -36,12 +36,16 @@ class Kernel:
     ``user`` is the user's function (the fast path calls it and finishes its output inline),
     ``checked`` what the dispatcher calls (the output contract included), ``hook`` the hook that
     defined it (``"cpu"``, ``"default"``) and ``where`` how errors name it (``"ns::op (Cls.cpu)"``).
+    Where ``user`` chooses among functions per call (providers), ``inline`` lists them in its
+    order, ``(predicate or None, function, where)``, up to the first without a predicate: the
+    fast path may make the same choice inline instead of calling ``user``.
     """
 
     hook: str
     user: Callable[..., Any]
     checked: Callable[..., Any]
     where: str
+    inline: tuple[tuple[Callable[..., Any] | None, Callable[..., Any], str], ...] = ()
 
 
 class OpRecord(OpSpec):
@@ -104,9 +108,14 @@ class OpRecord(OpSpec):
         self.owner: Callable[[], Any] = _nobody
         #: Hooks' ``uninstall`` calls, run (newest first) when the op is removed or replaced.
         self.cleanups: list[Callable[[], None]] = []
+        #: While ``gate[0]`` is non-zero, plain calls take the dispatcher, whose kernels read what
+        #: a hook keeps per thread (``None``: no such state).
+        self.gate: list[int] | None = None
+        #: What hooks add to ``repr(record)``: a function each, giving a part.
+        self.shown: list[Callable[[], str]] = []
 
     def __repr__(self) -> str:
-        return f"<OpRecord {self.qualname}{self.schema_str}; {self.plan or 'not installed'}>"
+        return f"<OpRecord {self.qualname}{self.schema_str}; {self.plan or 'not installed'}{''.join('; ' + part() for part in self.shown)}>"
 
     @property
     def autograd_function(self) -> type[torch.autograd.Function]:

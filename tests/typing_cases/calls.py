@@ -8,7 +8,8 @@ import torch
 from torch import Tensor
 from typing_extensions import reveal_type
 
-from ops import AddInto, ForeignDouble, ForeignNeg, FromSchema, MinMax, Quantize, Scale, ScaleVariant, Silu, SinCpu, WeightedSum
+import opclass
+from ops import AddInto, ForeignDouble, ForeignNeg, FromSchema, MinMax, Provided, Quantize, Scale, ScaleVariant, Silu, SinCpu, WeightedSum
 
 x = torch.ones(3)
 
@@ -65,3 +66,14 @@ unary: Callable[[Tensor], Tensor] = Scale
 binary: Callable[[Tensor, float], Tensor] = ScaleVariant
 pair: Callable[[Tensor], tuple[Tensor, Tensor]] = MinMax
 assert torch.equal(unary(x), binary(x, 2.0))
+# M: note: Revealed type is "torch._tensor.Tensor"
+# P: information: Type of "Provided(x, 2)" is "Tensor"
+reveal_type(Provided(x, 2.0))
+
+
+def vendor_kernel(x: Tensor, k: float = 1.0) -> Tensor:
+    return x * k
+
+
+opclass.add_provider(Provided, "vendor", vendor_kernel, "cpu")
+opclass.remove_provider(Provided, "vendor")

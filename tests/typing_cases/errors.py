@@ -7,7 +7,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ops import MinMax, NoKernelBase, Quantize, Scale, ScaleVariant, ShardingOnlyBase, WeightedSum
+import opclass
+from ops import MinMax, NoKernelBase, Provided, Quantize, Scale, ScaleVariant, ShardingOnlyBase, WeightedSum
 
 x = torch.ones(3)
 
@@ -50,3 +51,13 @@ ShardingOnlyBase(x)
 # M: error: Argument 2 to "Quantize" has incompatible type "float"; expected "int"  [arg-type]
 # P: error: Argument of type "float" cannot be assigned to parameter "quant_min" of type "Int" in function "__call__"  [reportArgumentType]
 Quantize(x, 0.5, 255, [0])
+
+
+def wrong_kernel(x: Tensor, k: str = "1") -> Tensor:
+    return x
+
+
+# The provider's function is checked against the op's signature.
+# M: error: Argument 1 to "add_provider" has incompatible type "type[Provided]"; expected "Callable[[Tensor, str], Tensor] | str"  [arg-type]
+# P: error: Argument of type "(x: Tensor, k: str = "1") -> Tensor" cannot be assigned to parameter "fn" of type "(**P@add_provider) -> R@add_provider" in function "add_provider"  [reportArgumentType]
+opclass.add_provider(Provided, "wrong", wrong_kernel, "cpu")

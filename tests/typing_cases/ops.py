@@ -109,3 +109,16 @@ class Silu(CustomOp, name="typing_cases::silu"):
     @staticmethod
     def composite(x: Tensor, k: float) -> Tensor:
         return torch.nn.functional.silu(x) * k
+
+
+class Provided(CustomOp, name="typing_cases::provided"):
+    """An op with a provider: typed from its kernels, the provider one of them."""
+
+    @staticmethod
+    def default(x: Tensor, k: float = 1.0) -> Tensor:
+        return x * k
+
+    @opclass.provider("cpu", supports=lambda x, k: x.is_contiguous())
+    @staticmethod
+    def fast(x: Tensor, k: float = 1.0) -> Tensor:
+        return x * k

@@ -1,0 +1,225 @@
+"""Providers: several kernels of one op (the ``providers`` hook).
+
+Kernel libraries ship several implementations of one op (a torch reference, a C++ or CUDA
+kernel, a Triton one, a vendor's) and pick one by platform, arguments and a deployment's
+priority. A *provider* is one such kernel of an op class: a name, the device types it runs on,
+and optionally a predicate on the arguments (``supports``), a one-time availability check
+(``available``), and flags users select on (``batch_invariant``, ``deterministic``). The op's
+schema, fake kernel, autograd formula, vmap rule and sharding are the op's own: every provider
+is checked against the op's signature as a kernel is, and only the kernel differs. Which one
+runs for a call: :mod:`opclass.builtin_hooks.choice`.
+
+Example:
+    >>> import torch, opclass
+    >>> class DocsProvided(opclass.CustomOp, name="docs_providers::twice"):
+    ...     @staticmethod
+    ...     def default(x: torch.Tensor) -> torch.Tensor:
+    ...         return x * 2
+    ...     @opclass.provider("cpu", supports=lambda x: x.dtype == torch.float32)
+    ...     @staticmethod
+    ...     def added(x: torch.Tensor) -> torch.Tensor:
+    ...         return x + x
+    >>> opclass.explain_providers(DocsProvided, torch.ones(2)).splitlines()[1]
+    '  added (cpu): runs'
+    >>> opclass.remove(DocsProvided)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import types
+import warnings
+from typing import Any, Callable, Mapping, Sequence, TypeVar
+
+from torch import _C
+
+from opclass.builtin_hooks import debug
+from opclass.builtin_hooks.choice import ENV, ENV_ORDERS, GATE, TABLES, Entry, Options, Table, global_state
+from opclass.core import memo
+from opclass.core.shield import eager_kernel
+from opclass.define.hookspec import MEMBER_OF, Hook, HookContext
+from opclass.errors import did_you_mean
+from opclass.install.record import OpRecord
+
+__all__ = ["HOOK", "provider", "providers_hook", "options_of", "refresh", "ADDED"]
+
+HOOK = "providers"
+_OPTIONS = "__opclass_provider__"
+F = TypeVar("F")
+
+
+def provider(
+    device: str | Sequence[str] | None = None,
+    *,
+    supports: Callable[..., bool] | None = None,
+    available: Callable[[], bool] | None = None,
+    batch_invariant: bool = False,
+    deterministic: bool = False,
+    atol: float | None = None,
+    rtol: float | None = None,
+) -> Callable[[F], F]:
+    """Declare a static method of an op class a provider of the op (its name: the method's).
+
+    Args:
+        device: the device type(s) it runs on (``"cuda"``, ``("cpu", "cuda")``); ``None``: every one.
+        supports: ``supports(*args, **kwargs) -> bool``, called with the op's arguments (defaults
+            filled in) before the provider may run: dtypes, sizes, alignment...
+        available: ``available() -> bool``, asked once per install: a library imports, a compute
+            capability, an environment. An exception counts as ``False``, its text as the reason.
+        batch_invariant: row i of a batched output does not depend on the other rows (a
+            batch-invariant mode runs only such providers; ``opclass.testing.check_op`` checks it).
+        deterministic: the same inputs give the same bits (a deterministic mode runs only such).
+        atol, rtol: tolerances against the reference in ``opclass.testing.check_op`` and debug mode.
+
+    On the op's own kernel hooks (``default``, ``cpu``...) it declares only the flags and
+    tolerances of that kernel. Example: in the module docstring.
+    """
+    devices = _devices(device)
+    options = Options(devices, supports, available, bool(batch_invariant), bool(deterministic), atol, rtol)
+
+    def mark(fn: F) -> F:
+        inner = fn.__func__ if isinstance(fn, staticmethod) else fn
+        if not isinstance(inner, types.FunctionType):
+            raise TypeError(f"opclass.provider(...) decorates a function, not {inner!r}")
+        copy = _copy(inner)  # its own options, even where one function is the provider of two ops
+        setattr(copy, _OPTIONS, options)
+        setattr(copy, MEMBER_OF, HOOK)
+        return staticmethod(copy)  # type: ignore[return-value]
+
+    return mark
+
+
+def _devices(device: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    if device is None:
+        return None
+    devices = (device,) if isinstance(device, str) else tuple(device)
+    for d in devices:
+        try:
+            _C._dispatch_key_for_device(d)
+        except (RuntimeError, TypeError):
+            raise ValueError(f"opclass.provider: {d!r} is not a torch device type (write e.g. 'cpu' or 'cuda')") from None
+    return devices
+
+
+def _copy(fn: types.FunctionType) -> types.FunctionType:
+    copy = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__, copy.__annotations__, copy.__qualname__ = fn.__kwdefaults__, dict(fn.__annotations__), fn.__qualname__
+    copy.__module__, copy.__doc__ = fn.__module__, fn.__doc__
+    copy.__dict__.update(fn.__dict__)
+    return copy
+
+
+def options_of(fn: Any) -> Options | None:
+    return getattr(fn, _OPTIONS, None)
+
+
+#: Providers added from outside their op's class: qualname -> name -> marked function.
+ADDED: dict[str, dict[str, Any]] = {}
+_LOCK = threading.RLock()
+
+
+# --------------------------------------------------------------------------- the hook
+
+
+def _check(members: Mapping[str, Any], ctx: HookContext) -> None:
+    for name, fn in members.items():
+        options = options_of(fn)
+        if options is None:
+            ctx.fail(f"member {name!r} carries no provider options", "declare it with @opclass.provider(...) or opclass.add_provider")
+        assert options is not None
+        if options.devices and not any(a.holds_tensor for a in ctx.arguments) and not any(a.jit == "Device" for a in ctx.arguments):
+            ctx.fail(f"provider {name!r} runs on {', '.join(options.devices)}, but an op with no Tensor inputs cannot pick a device", "add a device: torch.device parameter, or declare it for every device")
+        for label, check, params in (("supports", options.supports, ctx.arguments.names), ("available", options.available, [])):
+            if check is None:
+                continue
+            if not callable(check):
+                ctx.fail(f"provider {name!r}: {label}={check!r} is not callable", f"pass a function: {label}=lambda {', '.join(params)}: ...")
+            try:
+                memo.signature(check).bind(*params)
+            except TypeError as e:
+                ctx.fail(f"provider {name!r}: {label}() cannot take the op's arguments ({', '.join(params) or 'none'}): {e}", f"write {label}=lambda {', '.join(params)}: ...")
+            except ValueError:
+                pass  # a builtin without a signature: called as it is
+    if "composite" in ctx.defined or "autograd" in ctx.defined:
+        ctx.fail("an op whose body is a composite or autograd kernel has no device kernel to choose", "drop the providers, or write the body as default")
+    names = [*members, *(h for h in ctx.defined if ctx.hooks[h].backend and h != HOOK)]
+    source = ENV if ctx.qualname in ENV_ORDERS else "opclass.set_provider_order"
+    for name in global_state().orders.get(ctx.qualname, ()):
+        if name not in names:
+            guess = did_you_mean(name, names)
+            ctx.fail(f"{source} names provider {name!r}, which {ctx.qualname} does not have (it has {', '.join(names)})", f"did you mean {guess!r}?" if guess else f"name providers of {ctx.qualname} only")
+
+
+def _install(record: OpRecord, members: Mapping[str, Any]) -> None:
+    own = dict(record.kernels)
+    traced = bool(record.hooks.get("traceable"))
+    entries: list[Entry] = []
+    for name, fn in members.items():
+        options = options_of(fn) or Options(None)
+        kernel = debug.debug_kernel(record, name, fn, options) if debug.enabled() else fn
+        if traced:
+            kernel = eager_kernel(kernel)  # wrap_triton launches go straight to Triton in eager
+        where = record.where(name)
+        entries.append(Entry(name, kernel, record.outputs.checked(where, kernel), where, options, False, fn))
+    # The op's own kernels come last: each device's own, then the one for every device.
+    for device, k in sorted(own.items(), key=lambda item: item[0] is None):
+        options = options_of(record.hooks.get(k.hook)) or Options(None if device is None else (device,))
+        entries.append(Entry(k.hook, k.user, k.checked, k.where, dataclasses.replace(options, devices=None if device is None else (device,)), True, record.hooks.get(k.hook, k.user)))
+    slots = sorted({d for e in entries for d in e.options.devices or ()}) + ([None] if any(e.options.devices is None for e in entries) else [])
+    table = TABLES[record] = Table(record, entries, slots, HOOK)
+    table.refresh()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Warning only once for all operators")  # our own kernels replaced
+        for slot in slots:
+            dispatched = table.dispatch_kernel(slot)
+            record.kernels[slot] = table.kernel(slot, dispatched)
+            record.lib.impl(record.overload_name(), dispatched, "CompositeExplicitAutograd" if slot is None else _C._dispatch_key_for_device(slot))
+    record.gate = GATE
+    record.shown.append(table.shown)
+
+
+def refresh(record: OpRecord) -> None:
+    """Recompute ``record``'s choice under the global state (its plan and class call are the
+    caller's to renew)."""
+    table = TABLES.get(record)
+    if table is None:
+        return
+    table.refresh()
+    for slot in table.slots:
+        record.kernels[slot] = table.kernel(slot, record.kernels[slot].checked)
+
+
+def _uninstall(record: OpRecord, members: Any) -> None:
+    TABLES.pop(record, None)
+
+
+def _occupies(members: Any) -> list[tuple[tuple[str, ...], str, str]]:
+    found = []
+    for name, fn in dict(members).items():
+        options = options_of(fn)
+        devices = options.devices if options is not None and options.devices else None
+        keys = tuple(_C._dispatch_key_for_device(d) for d in devices) if devices else ("CompositeExplicitAutograd",)
+        found.append((keys, f"a kernel where provider {name!r} would run", f"drop provider {name!r}: the op's own kernel stays in charge"))
+    return found
+
+
+def _added(qualname: str) -> Mapping[str, Any]:
+    with _LOCK:
+        return dict(ADDED.get(qualname, {}))
+
+
+def providers_hook() -> Hook:
+    """The ``providers`` hook: the op's providers (see the module docstring). Its value is every
+    function of the class marked with :func:`provider`, and those added with
+    ``opclass.add_provider``, by name.
+
+    Example:
+        >>> import opclass
+        >>> opclass.hooks()["providers"].members
+        True
+    """
+    return Hook(
+        HOOK, _install, check=_check, kernel=True, backend=True, members=True, extra=_added, uninstall=_uninstall, occupies=_occupies,
+        doc="other kernels of the op, chosen per call by device, availability, arguments and order (@opclass.provider)",
+    )

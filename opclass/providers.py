@@ -1,0 +1,265 @@
+"""Choosing among an op's providers, from code: orders and modes (process-wide or for a block),
+providers added to an op from another module, what runs for given arguments and why, and tuning.
+The providers hook: :mod:`opclass.builtin_hooks.providers`; the choice on every call:
+:mod:`opclass.builtin_hooks.choice`.
+
+Example:
+    >>> import torch, opclass
+    >>> class DocsChoice(opclass.CustomOp, name="docs_choice::neg"):
+    ...     @staticmethod
+    ...     def default(x: torch.Tensor) -> torch.Tensor:
+    ...         return -x
+    ...     @opclass.provider("cpu")
+    ...     @staticmethod
+    ...     def numpy(x: torch.Tensor) -> torch.Tensor:
+    ...         return torch.from_numpy(-x.numpy())
+    >>> with opclass.use_providers({DocsChoice: ["default"]}):
+    ...     opclass.explain_providers(DocsChoice, torch.ones(1)).splitlines()[1]
+    '  default (any device): runs'
+    >>> opclass.remove(DocsChoice)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+from typing_extensions import ParamSpec, TypeVar
+
+import torch
+
+from opclass import lifecycle
+from opclass.builtin_hooks import choice
+from opclass.builtin_hooks import providers as hook
+from opclass.install import record as records
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+__all__ = ["add_provider", "remove_provider", "set_provider_order", "set_provider_mode", "use_providers", "explain_providers", "tune_providers"]
+
+
+def _record(op: Any) -> records.OpRecord:
+    qualname = op if isinstance(op, str) else getattr(op, "qualname", None)
+    record = records.lookup(qualname) if isinstance(qualname, str) else None
+    if record is None:
+        raise TypeError(f"{op!r} is no live op (pass an op class or its qualified name 'ns::op')")
+    return record
+
+
+def _table(op: Any) -> choice.Table:
+    record = _record(op)
+    table = choice.table_of(record)
+    if table is None:
+        raise ValueError(f"{record.qualname} ({record.cls_name}) has no providers: declare some with @opclass.provider, or opclass.add_provider")
+    return table
+
+
+def add_provider(
+    op: Callable[P, R] | str,
+    name: str,
+    fn: Callable[P, R],
+    device: str | Sequence[str] | None = None,
+    *,
+    supports: Callable[..., bool] | None = None,
+    available: Callable[[], bool] | None = None,
+    batch_invariant: bool = False,
+    deterministic: bool = False,
+    atol: float | None = None,
+    rtol: float | None = None,
+) -> None:
+    """Add a provider named ``name`` to ``op`` (its class, or ``"ns::op"``) from another module,
+    without subclassing: a vendor package adds its kernel to a library's op. The options are
+    :func:`opclass.provider`'s. The op's class is defined again with it: ``fn`` is checked
+    against the op's signature as a kernel is (an ``OpDefinitionError`` leaves the op as it
+    was), and it stays with the op's name, through later redefinitions of its class, until
+    :func:`remove_provider`. Type checkers check ``fn`` against the op's signature.
+
+    Example:
+        >>> import torch, opclass
+        >>> class DocsAdded(opclass.CustomOp, name="docs_added::half"):
+        ...     @staticmethod
+        ...     def default(x: torch.Tensor) -> torch.Tensor:
+        ...         return x / 2
+        >>> opclass.add_provider(DocsAdded, "mul", lambda x: x * 0.5, "cpu")
+        >>> opclass.explain_providers(DocsAdded, torch.ones(1)).splitlines()[1]
+        '  mul (cpu): runs'
+        >>> opclass.remove_provider(DocsAdded, "mul")
+        >>> opclass.remove(DocsAdded)
+    """
+    record = _record(op)
+    mark = hook.provider(device, supports=supports, available=available, batch_invariant=batch_invariant, deterministic=deterministic, atol=atol, rtol=rtol)
+    marked = mark(fn).__func__  # type: ignore[attr-defined]
+    marked.__name__ = marked.__qualname__ = name
+    with records.LOCK:
+        added = hook.ADDED.setdefault(record.qualname, {})
+        if name in added:
+            raise ValueError(f"{record.qualname} has a provider {name!r} added already: remove_provider({name!r}) first")
+        added[name] = marked
+        try:
+            lifecycle.redefine(record)
+        except BaseException:
+            added.pop(name, None)
+            raise
+
+
+def remove_provider(op: Any, name: str) -> None:
+    """Remove the provider ``name`` that :func:`add_provider` added to ``op`` (a provider declared in
+    the class body goes with the class). Example: in :func:`add_provider`."""
+    record = _record(op)
+    with records.LOCK:
+        added = hook.ADDED.get(record.qualname, {})
+        if name not in added:
+            raise ValueError(f"{record.qualname} has no provider {name!r} added with opclass.add_provider (it has: {', '.join(added) or 'none'})")
+        fn = added.pop(name)
+        try:
+            lifecycle.redefine(record)
+        except BaseException:
+            added[name] = fn
+            raise
+
+
+def _refresh_all() -> None:
+    with records.LOCK:
+        for record in list(choice.TABLES):
+            if record.live:
+                hook.refresh(record)
+                lifecycle.refresh(record)
+
+
+def set_provider_order(op: Any, names: Sequence[str] | None) -> None:
+    """The order of ``op``'s providers, process-wide (``None``: the declaration's): only those
+    named are tried, in this order. The environment's order (``OPCLASS_PROVIDERS``) and a block's
+    (:func:`use_providers`) come before it.
+
+    Example:
+        >>> import torch, opclass
+        >>> class DocsOrder(opclass.CustomOp, name="docs_order::double"):
+        ...     @staticmethod
+        ...     def default(x: torch.Tensor) -> torch.Tensor:
+        ...         return x * 2
+        ...     fast = opclass.provider("cpu")(staticmethod(lambda x: x + x))
+        >>> opclass.set_provider_order(DocsOrder, ["default"])
+        >>> "providers: default" in repr(DocsOrder.record)
+        True
+        >>> opclass.set_provider_order(DocsOrder, None)
+        >>> opclass.remove(DocsOrder)
+    """
+    table = _table(op)
+    qualname = table.record.qualname
+    if names is None:
+        choice.CODE_ORDERS.pop(qualname, None)
+    else:
+        order = tuple(names)
+        table.check_order(choice.State({qualname: order}), "opclass.set_provider_order")
+        choice.CODE_ORDERS[qualname] = order
+    _refresh_all()
+
+
+def set_provider_mode(*, batch_invariant: bool = False, deterministic: bool = False) -> None:
+    """Restrict every op's providers, process-wide, to those flagged ``batch_invariant`` and/or
+    ``deterministic`` (both ``False``: no restriction; ``OPCLASS_PROVIDER_MODE`` adds to it).
+
+    Example:
+        >>> import opclass
+        >>> opclass.set_provider_mode(batch_invariant=True)
+        >>> opclass.set_provider_mode()
+    """
+    choice.CODE_MODE[0] = frozenset(f for f, on in zip(choice.FLAGS, (batch_invariant, deterministic)) if on)
+    _refresh_all()
+
+
+@contextlib.contextmanager
+def use_providers(orders: Mapping[Any, Sequence[str]] | None = None, *, batch_invariant: bool = False, deterministic: bool = False) -> Iterator[None]:
+    """For the calls of this thread inside the block: these orders (op class or ``"ns::op"`` ->
+    provider names), and the mode restricted to providers with these flags. Nestable; the
+    innermost block wins. Other threads are unaffected; meanwhile their plain calls of ops with
+    providers take the dispatcher, which reads each thread's blocks.
+
+    Example: in the module docstring.
+    """
+    found = {}
+    for op, names in (orders or {}).items():
+        table = _table(op)
+        found[table.record.qualname] = tuple(names)
+        table.check_order(choice.State({table.record.qualname: tuple(names)}), "opclass.use_providers")
+    mode = frozenset(f for f, on in zip(choice.FLAGS, (batch_invariant, deterministic)) if on)
+    stack = choice.local_overrides()
+    stack.append(choice.State(found, mode))
+    with choice.GATE_LOCK:
+        choice.GATE[0] += 1
+    try:
+        yield
+    finally:
+        stack.pop()
+        with choice.GATE_LOCK:
+            choice.GATE[0] -= 1
+
+
+def explain_providers(op: Any, *args: Any, **kwargs: Any) -> str:
+    """Which provider runs ``op(*args, **kwargs)`` in this thread, and why each other one does
+    not; with no arguments, the providers and their order. Example: in the module docstring."""
+    table = _table(op)
+    record = table.record
+    state = choice.current_state()
+    if not args and not kwargs:
+        return "\n".join([f"{record.qualname}: providers in order", *(f"  {e.name} ({_where(e)})" for e in table.ordered(state))])
+    device = next((t.device.type for t in record.arguments.tensors(args, kwargs)), None)
+    if device is None:
+        device = next((torch.device(v).type for a, v in zip(record.arguments, record.arguments.values(args, kwargs)) if a.jit == "Device" and v is not None), None)
+    slot = device if device in table.slots else None
+    lines = [f"{record.qualname}({choice.describe_call(record, args, kwargs)}) on {device}:"]
+    lines += [f"  {e.name} ({_where(e)}): {'runs' if why is None else why}" for e, why in table.declined(slot, state, args, kwargs)]
+    return "\n".join(lines)
+
+
+def _where(e: choice.Entry) -> str:
+    return ", ".join(e.options.devices) if e.options.devices else "any device"
+
+
+def tune_providers(op: Any, samples: Iterable[Any] | None = None, *, min_run_time: float = 0.2, show: bool = True) -> list[str]:
+    """Time every available provider of ``op`` on the samples it accepts (``opclass.testing.Sample``
+    or tuples of arguments; default: the op's ``samples()``), print a table (µs per call on each
+    sample, speed-up over the op's ``default``), and return the provider names fastest first (by
+    their mean speed-up over ``default`` on the samples each accepts: a provider's predicate
+    still sends the others on): an order for :func:`set_provider_order` or ``OPCLASS_PROVIDERS``.
+
+    Example:
+        >>> import torch, opclass
+        >>> class DocsTune(opclass.CustomOp, name="docs_tune::twice"):
+        ...     @staticmethod
+        ...     def default(x: torch.Tensor) -> torch.Tensor:
+        ...         return x * 2
+        ...     add = opclass.provider("cpu")(staticmethod(lambda x: x + x))
+        >>> sorted(opclass.tune_providers(DocsTune, [(torch.ones(8),)], min_run_time=0.01, show=False))
+        ['add', 'default']
+        >>> opclass.remove(DocsTune)
+    """
+    import torch.utils.benchmark as bench
+
+    from opclass.testing import _samples
+
+    table = _table(op)
+    record = table.record
+    found = _samples(record.owner(), None if samples is None else list(samples))
+    times: dict[str, dict[int, float]] = {e.name: {} for e in table.entries}
+    for i, sample in enumerate(found):
+        args, kwargs = sample.args, sample.kwargs
+        full = record.arguments.complete(args, kwargs)
+        device = next((t.device.type for t in record.arguments.tensors(args, kwargs)), None)
+        for e in table.entries:
+            if e.runs_on(device) and e.available()[0] and (e.options.supports is None or e.options.supports(*full[0], **full[1])):
+                timer = bench.Timer("fn(*args, **kwargs)", globals={"fn": e.checked, "args": args, "kwargs": kwargs})
+                times[e.name][i] = timer.blocked_autorange(min_run_time=min_run_time).median * 1e6
+    base = times.get("default", {})
+    speedup = {name: statistics.geometric_mean([base[i] / us for i, us in ts.items() if i in base] or [1.0]) for name, ts in times.items() if ts}
+    order = sorted(speedup, key=lambda name: -speedup[name])
+    if show:
+        labels = [s.name or str(i) for i, s in enumerate(found)]
+        print(f"{record.qualname}: us per call (speed-up over default on the samples each takes)")
+        print(f"  {'provider':<16}" + "".join(f"{label:>14}" for label in labels) + f"{'speed-up':>10}")
+        for name in order:
+            cells = "".join(f"{times[name][i]:>14.2f}" if i in times[name] else f"{'declines':>14}" for i in range(len(found)))
+            print(f"  {name:<16}{cells}{speedup[name]:>9.2f}x")
+    return order
