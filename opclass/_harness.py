@@ -242,3 +242,31 @@ def first_row_that_differs(fn: Callable[..., Any], args: tuple[Any, ...], kwargs
             if any(isinstance(w, Tensor) and w.dim() and w.shape[0] == batch and not torch.equal(w[i : i + 1], a) for w, a in zip(whole, alone)):
                 return i
     return None
+
+
+def vmap_disagreement(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any], batch: int = 3) -> str | None:
+    """How ``torch.vmap(fn)`` over ``batch`` examples of the call differs from ``fn`` called on
+    each example, or ``None``. Every positional Tensor argument is batched at dim 0; floating
+    ones are scaled per example (x1, x1.5, x2...), so that the examples differ."""
+    batched = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
+    if not batched:
+        return None
+    examples = [tuple(a * (1 + k / 2) if i in batched and a.is_floating_point() else a for i, a in enumerate(args)) for k in range(batch)]
+    stacked = tuple(torch.stack([ex[i] for ex in examples]) if i in batched else a for i, a in enumerate(args))
+    in_dims = tuple(0 if i in batched else None for i in range(len(args)))
+    with torch.no_grad():
+        expected = [tree_leaves(fn(*ex, **kwargs)) for ex in examples]
+        try:
+            got = tree_leaves(torch.vmap(lambda *a: fn(*a, **kwargs), in_dims=in_dims)(*stacked))
+        except Exception as e:  # noqa: BLE001 - the rule's error is the finding
+            kind, text = _message(e)
+            return f"raised {kind}: {(text.strip().splitlines() or [''])[0]} under torch.vmap over {batch} examples"
+    for n, (g, outs) in enumerate(zip(got, zip(*expected))):
+        if not isinstance(g, Tensor):
+            continue
+        try:
+            torch.testing.assert_close(g, torch.stack(outs))
+        except AssertionError as e:
+            where = f"output {n}" if len(got) > 1 else "the output"
+            return f"disagrees with the op called on each of {batch} examples ({where}, batch dim 0): {str(e).strip().splitlines()[0]}"
+    return None

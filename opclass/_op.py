@@ -84,6 +84,10 @@ class OpMeta(_MetaBase):
         def __call__(cls: _t.Kernel[_t.P, _t.R], *args: _t.P.args, **kwargs: _t.P.kwargs) -> _t.R: ...  # type: ignore[misc]
 
     def __setattr__(cls, name: str, value: Any) -> None:
+        # The value replaced is freed only after the write: freed during it (a generated call's
+        # finalizer runs Python code), another thread could read it from the type's attribute
+        # cache, which the write updates last.
+        before = cls.__dict__.get(name), cls.__dict__.get("__new__")
         if name == "_opclass_call" and _NATIVE is None:
             # The class's call is its __new__ (see above): keep the two in step.
             if value is None:
@@ -103,6 +107,7 @@ class OpMeta(_MetaBase):
                 f"instead, e.g. torch.compile(lambda x: {shown}(x))"
             )
         super().__setattr__(name, value)
+        del before
 
     @property
     def record(cls) -> OpRecord:

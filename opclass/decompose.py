@@ -18,25 +18,32 @@ Example:
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, MutableMapping
+
+import torch
 
 from opclass.errors import first_line
 from opclass.install.fake import needs_real_data
-from opclass.install.record import OpRecord, live_records
+from opclass.install.record import OpRecord, live_records, lookup
 
 __all__ = ["decompositions"]
 
 
-def decompositions(*op_classes: Any, base: MutableMapping[Any, Callable[..., Any]] | None = None) -> MutableMapping[Any, Callable[..., Any]]:
-    """The decomposition table of ``op_classes`` (every live op class when none is given), for
+def decompositions(*ops: Any, base: MutableMapping[Any, Callable[..., Any]] | None = None) -> MutableMapping[Any, Callable[..., Any]]:
+    """The decomposition table of ``ops`` (every live op class when none is given), for
     ``ExportedProgram.run_decompositions``: ``{MyOp.op: how it decomposes}``, added to ``base``
-    (torch's own table, ``torch.export.default_decompositions()``, to compose with it).
+    (torch's own table, ``torch.export.default_decompositions()``, to compose with it). An op
+    is given as ``opclass.remove`` takes it: its class or its qualified name (``"ns::op"``), or
+    as its ``OpOverload`` (``MyOp.op``, ``torch.ops.ns.op``).
 
     An op decomposes into its ``reference`` hook, else its ``default`` kernel. Refused, with the
     reason: an op that mutates an argument (a decomposition is functional), and an op with
-    neither (its device kernels may leave torch); with no op classes given, such ops are left
-    out of the table instead (they stay one node each). Composite ops are left out: they decompose on
-    their own. A ``default`` that turns out to leave torch (NumPy) fails when the program is
+    neither (its device kernels may leave torch); with no ops given, such ops are left out of
+    the table instead (they stay one node each), and a warning names them with the reason.
+    Ops whose body is their only kernel (``composite``, ``autograd``) are left out: a trace runs
+    the body before any table is read, so they decompose into what it calls; given one with a
+    ``reference`` (which it would never decompose into), that is refused. A ``default`` that turns out to leave torch (NumPy) fails when the program is
     decomposed, with an error naming the op and the fix.
 
     Example:
@@ -49,32 +56,64 @@ def decompositions(*op_classes: Any, base: MutableMapping[Any, Callable[..., Any
         ...     def reference(x: torch.Tensor) -> torch.Tensor:
         ...         return x ** 3
         >>> table = opclass.decompositions(DocsDecomposeCube, base=torch.export.default_decompositions())
-        >>> DocsDecomposeCube.op in table
-        True
+        >>> DocsDecomposeCube.op in table, opclass.decompositions("docs_decompose::cube").keys() == {DocsDecomposeCube.op}
+        (True, True)
         >>> opclass.remove(DocsDecomposeCube)
     """
-    records = [_record_of(op) for op in op_classes] if op_classes else live_records()
+    records = [_record_of(op) for op in ops] if ops else live_records()
     table: MutableMapping[Any, Callable[..., Any]] = {} if base is None else base
+    opaque: list[str] = []
     for record in records:
-        if record.decomposes or record.op is None:
+        if record.op is None or _decomposes_itself(record):
             continue
         try:
             table[record.op] = _decomposition(record)
-        except ValueError:
-            if op_classes:
+        except ValueError as e:
+            if ops:
                 raise
-            # Every live op: those that cannot decompose stay one node (name them to hear why).
+            opaque.append(str(e))
+    if opaque:
+        warnings.warn(
+            f"opclass.decompositions(): {len(opaque)} op(s) left out of the table stay one node each in a decomposed "
+            "program, which a runtime without Python cannot run:\n  " + "\n  ".join(opaque),
+            UserWarning,
+            stacklevel=2,
+        )
     return table
 
 
-def _record_of(op_cls: Any) -> OpRecord:
-    record = getattr(op_cls, "record", None)
+def _record_of(op: Any) -> OpRecord:
+    if isinstance(op, str):
+        record = lookup(op)
+    elif isinstance(op, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        record = next((r for r in live_records() if r.op is not None and op in (r.op, r.op.overloadpacket)), None)
+    else:
+        record = getattr(op, "record", None) if isinstance(op, type) else None
     if not isinstance(record, OpRecord) or not record.live:
-        raise TypeError(f"{op_cls!r} is not a live op class (a CustomOp subclass that defines an op)")
+        raise TypeError(
+            f"opclass.decompositions() takes live op classes, their qualified names ('ns::op') or their OpOverloads "
+            f"(MyOp.op), as opclass.remove takes them; {op!r} is none of those"
+        )
     return record
 
 
+def _decomposes_itself(record: OpRecord) -> bool:
+    """The op's body is torch ops that every trace runs (a CompositeImplicitAutograd kernel, or
+    an only kernel at the Autograd key with no ``reference`` that it could disagree with)."""
+    return record.decomposes and record.hooks.get("reference") is None
+
+
 def _decomposition(record: OpRecord) -> Callable[..., Any]:
+    if record.decomposes:
+        # The body runs before any decomposition table is read (it is a kernel at an Autograd
+        # or CompositeImplicitAutograd key): the program holds what the body calls.
+        body = next((r for r in record.lib.registrations if r.hook is not None and r.hook in record.hooks), None) if record.lib is not None else None
+        hook = f"{record.cls_name}.{body.hook}" if body is not None and body.hook is not None else "its body"
+        raise ValueError(
+            f"{record.qualname} ({record.cls_name}) runs {hook} (at {body.key if body else 'an Autograd key'}) before any decomposition table is read: "
+            f"a decomposed program holds what {hook} calls, not {record.cls_name}.reference. To deploy the reference, write the op "
+            f"as default (or device kernels) with setup_context and backward, or drop reference if {hook} is the same torch ops"
+        )
     if record.mutated:
         raise ValueError(
             f"{record.qualname} ({record.cls_name}) mutates {', '.join(record.mutated_names)}, and a decomposition is "

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import difflib
+import dis
 import inspect
-from typing import Any, Iterable
+import os
+import re
+from typing import Any, Iterable, NoReturn
 
 __all__ = ["OpDefinitionError"]
 
@@ -45,8 +48,10 @@ def format_annotation(annotation: Any) -> str:
     """Write an annotation the way a user would have typed it (``Tensor``, not ``torch.Tensor``)."""
     if isinstance(annotation, str):
         return annotation
-    text = inspect.formatannotation(annotation)
-    return text.replace("torch.Tensor", "Tensor").replace("typing.", "")
+    text = inspect.formatannotation(annotation).replace("torch.Tensor", "Tensor").replace("typing.", "")
+    # opclass's own marks as the user writes them (SchemaType's repr is SchemaType('...')).
+    text = text.replace("Annotated[int, SchemaType('int')]", "opclass.Int")
+    return re.sub(r"(?<![\w.])SchemaType\(", "opclass.SchemaType(", text)
 
 
 class _Text:
@@ -102,3 +107,40 @@ def did_you_mean(name: str, candidates: Iterable[str], aliases: dict[str, str] |
 def first_line(e: BaseException) -> str:
     """``"ValueError: <first line of its message>"``: another error, quoted inside one of ours."""
     return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+
+
+def raised_by_torch(e: BaseException) -> bool:
+    """``e`` comes from torch (a C function, or torch's Python code), not from a ``raise`` of the
+    user's: the innermost frame of its traceback is torch's, or is not at a ``raise``."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return True
+    code = tb.tb_frame.f_code
+    if f"{os.sep}torch{os.sep}" in code.co_filename:
+        return True
+    return dis.opname[code.co_code[tb.tb_lasti]] != "RAISE_VARARGS"
+
+
+def named(e: BaseException, where: str, fix: str = "") -> BaseException:
+    """``e`` of the same type with ``where`` (the op and the hook) and the ``fix`` on its first
+    line, for a torch error raised inside a hook (``raise named(e, ...) from e``); ``e`` itself
+    where its type cannot be made from a message, or it names ``where`` already."""
+    text = str(e)
+    if text.startswith(where):
+        return e
+    first, _, rest = text.partition("\n")
+    try:
+        new = type(e)(f"{where}: " + (f"{first.rstrip('.')}; {fix}" if fix else first) + (f"\n{rest}" if rest else ""))
+    except Exception:  # noqa: BLE001 - an exception type with a constructor of its own
+        return e
+    return new.with_traceback(e.__traceback__)
+
+
+def reraise(e: BaseException, where: str, fix: str = "") -> NoReturn:
+    """Raise :func:`named` ``(e, where, fix)``, chained to ``e`` (``e`` itself where it cannot be named)."""
+    new = named(e, where, fix)
+    if new is e:
+        raise e
+    raise new from e

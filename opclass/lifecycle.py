@@ -29,7 +29,7 @@ from opclass.callpath import classcall
 from opclass.core import memo, native
 from opclass.define.builder import OpBuilder
 from opclass.install import record as records
-from opclass.install.installer import check_name, install
+from opclass.install.installer import check_name, defined_outside, in_place, install
 from opclass.install.plan import build_plan
 
 __all__ = ["define", "redefine", "refresh", "remove", "remove_namespace"]
@@ -37,7 +37,7 @@ __all__ = ["define", "redefine", "refresh", "remove", "remove_namespace"]
 
 def define(cls: type, given: dict[str, Any], unknown: dict[str, Any]) -> None:
     """A class statement, top to bottom: collect -> validate -> spec -> install -> class call."""
-    builder = OpBuilder(cls, given, unknown)
+    builder = OpBuilder(cls, given, unknown, outside=defined_outside)
     cls._opclass_given = given  # type: ignore[attr-defined]  # for redefine()
     with memo.one_definition():
         cls._opclass_keywords = builder.collect()  # type: ignore[attr-defined]  # hooks and keywords in force
@@ -51,19 +51,26 @@ def define(cls: type, given: dict[str, Any], unknown: dict[str, Any]) -> None:
         with records.LOCK:
             check_name(spec)
             old = records.lookup(spec.qualname)
-            if old is not None:
-                records.destroy(old)
             try:
-                record = install(spec)
+                # In place where it can be: torch's dispatcher is not safe to write while other
+                # threads call the op, and a class statement run again registers the same kernels.
+                record = install(spec, replacing=old) if in_place(spec, old) else None
+                if record is None:
+                    if old is not None:
+                        records.destroy(old)
+                    record = install(spec)
             except BaseException:
                 if old is not None:
+                    records.destroy(old)
                     _restore(old)
                 raise
-            records.set_live(record)
+            assert record is not None
+            # Armed before it is live: a replaced class's call follows the live record to its class.
             record.owner = weakref.ref(cls)
-            if old is not None:
-                classcall.retire(old)
             classcall.arm(record, cls)
+            records.set_live(record)
+            if old is not None and old.owner() is not cls:  # redefine() arms the same class again
+                classcall.retire(old)
     classcall.document(cls, spec)  # signature and docstring
     if old is not None:
         _warn_if_other_owner(old, cls)

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_map_only, tree_unflatten
 
-from opclass._harness import call_paths, diff, first_row_that_differs, observe
+from opclass._harness import call_paths, diff, first_row_that_differs, observe, vmap_disagreement
 from opclass.builtin_hooks import choice, debug
 from opclass.errors import first_line
 from opclass.install.fake import has_fake_kernel
@@ -332,6 +332,10 @@ def _check(op_cls: Any, record: OpRecord, sample: Sample, index: int | None, *, 
             _run_providers(op_cls, record, sample)
         if fast_path:
             _run_fast_path(op_cls, sample)
+        if record.hooks.get("vmap") is not None and not record.mutated:
+            problem = vmap_disagreement(op_cls, *_copy_inputs(sample))
+            if problem is not None:
+                raise _CheckFailed("vmap check", f"{record.where('vmap')} {problem}; the rule must batch as the loop does (is each out_dims where its output's batch dimension is?)")
     except _CheckFailed as e:
         raise AssertionError(f"{record.qualname}, {_label(sample, index)}: {e.check} failed: {e.detail}") from e.__cause__
 
@@ -365,10 +369,12 @@ def check_sample(op_cls: Any, sample: Sample | tuple[Any, ...], *, opcheck: bool
 
 
 def check_op(op_cls: Any, samples: Iterable[Sample | tuple[Any, ...]] | None = None, *, opcheck: bool = True, gradcheck: bool = True, reference: bool = True, fast_path: bool = True, test_utils: Sequence[str] | None = None) -> None:
-    """Check an op on each of its samples: undeclared mutations, opcheck, gradcheck, reference and
-    fast path vs dispatcher, each on its own copies of the sample's Tensors. The mutation check runs first:
-    one call through the dispatcher, failing when the kernel moved the version counter of a
-    Tensor argument that ``mutates_args`` does not name.
+    """Check an op on each of its samples: undeclared mutations, opcheck, gradcheck, reference, fast
+    path vs dispatcher and, for an op with a ``vmap`` rule (and no written argument), ``torch.vmap``
+    over 3 examples (each positional Tensor batched at dim 0, floating ones scaled x1, x1.5, x2)
+    against the op called on each, each on its own copies of the sample's Tensors. The mutation
+    check runs first: one call through the dispatcher, failing when the kernel moved the version
+    counter of a Tensor argument that ``mutates_args`` does not name.
 
     Args:
         op_cls: the op class (a concrete ``CustomOp`` subclass).

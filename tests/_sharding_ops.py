@@ -44,6 +44,7 @@ class Ops:
     Neg_: Any
     NegOut: Any
     Provided: Any
+    Placed: Any
     calls: list[tuple[str, tuple[int, ...]]]
 
 
@@ -205,8 +206,27 @@ def define_ops(ns: str) -> Ops:
 
             return [([Replicate()], [Replicate()]), ([Shard(0)], [Shard(0)])]
 
+    class Placed(CustomOp, name=f"{ns}::placed"):
+        """x * factor, whose placement is the caller's choice: a bool and a float decide it."""
+
+        @staticmethod
+        def default(x: Tensor, rows: bool, factor: float) -> Tensor:
+            calls.append(("placed", tuple(x.shape)))
+            return x * factor
+
+        @staticmethod
+        def abstract(x: Tensor, rows: bool, factor: float) -> Tensor:
+            return torch.empty_like(x)
+
+        @staticmethod
+        def sharding(x, rows, factor):  # type: ignore[no-untyped-def]
+            from torch.distributed.tensor import Replicate, Shard
+
+            p = Shard(0) if rows and factor > 0 else Replicate()
+            return [([p], [p, None, None])]
+
     if _compat.INPLACE_TAG is None or _compat.OUT_TAG is None:  # torch 2.11/2.12: check_inplace_and_out is skipped
-        return Ops(Scale, ColumnSum, Cumsum, RowMinMax, AddInto, AddScaled, WeightedTotal, None, None, Provided, calls)
+        return Ops(Scale, ColumnSum, Cumsum, RowMinMax, AddInto, AddScaled, WeightedTotal, None, None, Provided, Placed, calls)
 
     class Neg_(CustomOp, name=f"{ns}::neg_", mutates_args=("x",), tags=torch.Tag.inplace):
         """x.neg_(): in place, returns x."""
@@ -236,7 +256,7 @@ def define_ops(ns: str) -> Ops:
 
             return [([Replicate()], [Replicate(), Replicate()]), ([Shard(0)], [Shard(0), Shard(0)])]
 
-    return Ops(Scale, ColumnSum, Cumsum, RowMinMax, AddInto, AddScaled, WeightedTotal, Neg_, NegOut, Provided, calls)
+    return Ops(Scale, ColumnSum, Cumsum, RowMinMax, AddInto, AddScaled, WeightedTotal, Neg_, NegOut, Provided, Placed, calls)
 
 
 # --------------------------------------------------------------------------- the checks one rank runs
@@ -433,6 +453,20 @@ def check_keyword_only_tensor(ops: Ops, mesh: Any) -> None:
     ops.calls.clear()
 
 
+def check_every_argument_keys_the_decision(ops: Ops, mesh: Any) -> None:
+    """A decision that depends on a bool and a float (DTensor's own key has neither) is made anew
+    for each of their values, not reused from the first call."""
+    from torch.distributed.tensor import Replicate, Shard
+
+    x = _data(8)
+    dx = _dt(x, mesh, Shard(0))
+    for rows, factor, placement in ((True, 2.0, Shard(0)), (False, 2.0, Replicate()), (True, -2.0, Replicate()), (True, 3.0, Shard(0))):
+        out = ops.Placed(dx, rows, factor)
+        assert out.placements == (placement,), (rows, factor, out.placements)
+        _kernel_saw(ops, "placed", (ROWS // WORLD_SIZE if placement == Shard(0) else ROWS, COLS))
+        torch.testing.assert_close(_full(out), x * factor)
+
+
 def check_providers_on_local_shards(ops: Ops, mesh: Any) -> None:
     """DTensor runs the op on each local shard, and each such call makes its own choice."""
     from torch.distributed.tensor import Replicate, Shard
@@ -455,6 +489,7 @@ def check_redefinition_and_removal(ops: Ops, mesh: Any) -> None:
     ops.Scale(_dt(x, mesh, Shard(0)), 3.0)  # fills the sharding caches with the old op
     old = ops.Scale.op
     assert old in propagator.op_strategy_funcs and old in propagator.op_to_schema_info
+    old_strategy = propagator.op_strategy_funcs[old]
 
     class Scale(CustomOp, name=ops.Scale.qualname):
         @staticmethod
@@ -470,8 +505,8 @@ def check_redefinition_and_removal(ops: Ops, mesh: Any) -> None:
         def sharding(x, factor):  # type: ignore[no-untyped-def]
             return [([Replicate()], [Replicate(), None])]
 
-    assert old not in propagator.op_strategy_funcs and old not in propagator.op_to_schema_info
-    assert Scale.op is not old and Scale.op in propagator.op_strategy_funcs
+    # The same registrations: installed in place (the same OpOverload), its strategy replaced.
+    assert Scale.op is old and propagator.op_strategy_funcs[old] is not old_strategy
     assert propagator.propagate_op_sharding.cache_info().currsize == 0
     ops.calls.clear()
     out = Scale(_dt(x, mesh, Shard(0)), 3.0)
@@ -499,6 +534,7 @@ CHECKS: dict[str, Callable[[Ops, Any], None]] = {
     "inplace_and_out": check_inplace_and_out,
     "keyword_only_tensor": check_keyword_only_tensor,
     "providers_on_local_shards": check_providers_on_local_shards,
+    "every_argument_keys_the_decision": check_every_argument_keys_the_decision,
     "redefinition_and_removal": check_redefinition_and_removal,
 }
 

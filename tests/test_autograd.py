@@ -273,6 +273,31 @@ def test_an_empty_int_list_takes_a_none_gradient(ns: str) -> None:
             assert [x.grad.tolist() for x in xs] == [[1.0, 1.0], [1.0, 1.0, 1.0]], (label, dims)
 
 
+@pytest.mark.parametrize("returns", ["positional_only", "keyword_only_too"])
+def test_an_empty_keyword_only_int_list_takes_a_none_gradient(ns: str, returns: str) -> None:
+    """As the positional case above: torch reads an empty list of anything as a Tensor list."""
+
+    class Cat(CustomOp, name=f"{ns}::cat_{returns}"):
+        @staticmethod
+        def cpu(xs: list[Tensor], *, dims: list[int], ws: list[Tensor]) -> Tensor:
+            return torch.cat(xs).sum(dims) if dims else torch.cat(xs) * 1.0
+
+        @staticmethod
+        def setup_context(ctx: Any, inputs: Any, keyword_only_inputs: Any, output: Any) -> None:
+            ctx.sizes = [len(x) for x in inputs[0]]
+
+        @staticmethod
+        def backward(ctx: Any, grad: Tensor) -> Any:
+            grads = list(grad.expand(sum(ctx.sizes)).split(ctx.sizes))
+            return grads if returns == "positional_only" else (grads, None, None)
+
+    for dims, ws in (([0], [torch.ones(1)]), ([], [])):
+        for label, fn in call_paths(Cat).items():
+            xs = [torch.ones(2, requires_grad=True), torch.ones(3, requires_grad=True)]
+            fn(xs, dims=dims, ws=ws).sum().backward()
+            assert [x.grad.tolist() for x in xs] == [[1.0, 1.0], [1.0, 1.0, 1.0]], (label, dims)
+
+
 def test_none_is_the_gradient_of_a_whole_tensor_list(ns: str) -> None:
     class Scale(CustomOp, name=f"{ns}::scale"):
         @staticmethod

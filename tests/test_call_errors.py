@@ -264,7 +264,7 @@ BAD_CALLS: dict[str, BadCall] = {
         "cpu_only", lambda I: ((I.T(3), I.T(3)), {}), RuntimeError, ("expected at most 1 argument(s) but received 2",)
     ),
     "cuda_only-cpu_tensor": BadCall(
-        "cuda_only", lambda I: ((I.T(3),), {}), NotImplementedError, ("with arguments from the 'CPU' backend",)
+        "cuda_only", lambda I: ((I.T(3),), {}), NotImplementedError, ("has no kernel for cpu tensors (it has CudaOnly.cuda): define CudaOnly.cpu, or CudaOnly.default",)
     ),
 }
 

@@ -24,8 +24,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
+import os
+import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
 import pytest
@@ -35,6 +39,7 @@ from torch import Tensor
 import opclass
 from opclass.install import record as records
 from opclass import CustomOp
+from _marks import NATIVE_GUARD_MISSING
 
 T = TypeVar("T")
 
@@ -495,3 +500,28 @@ def test_definition_and_removal_concurrent_with_calls_of_other_ops(ns: str) -> N
     # The long-lived ops are untouched by the churn.
     assert ops.mul.record.live and ops.sin_cos.record.live and ops.add_into.record.live
     assert torch.equal(ops.mul(x, x, 1.0), x * x)
+
+
+# --------------------------------------------------------------------------- redefinition under load
+
+
+@pytest.mark.parametrize("guard", ["native", "python"])
+def test_calls_and_redefinitions_of_one_op_from_16_threads(guard: str) -> None:
+    """16 threads, 10,000 steps in all: every fifth step runs the op's class statement again (2,000
+    definitions), the others call it (8,000 calls) through the class object the thread holds (live
+    or replaced since), ``torch.ops`` (packet and overload), with and without grad, checking
+    values and gradients. No step may raise and the process must not crash (a redefinition
+    used to write torch's dispatcher while other threads called the op: internal errors and
+    segfaults). In a subprocess per guard, since a process chooses its guard once."""
+    if guard == "native" and opclass.guard_backend() != "native":
+        pytest.skip(NATIVE_GUARD_MISSING)
+    script = Path(__file__).with_name("_stress_redefine.py")
+    done = subprocess.run(
+        [sys.executable, "-X", "faulthandler", str(script), "16", "625"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "OPCLASS_GUARD": guard},
+    )
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stderr[-3000:]}"
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["guard"] == guard
+    assert (result["definitions"], result["calls"]) == (2000, 8000)
+    assert result["errors"] == [], f"{len(result['errors'])} errors, first: {result['errors'][:3]}"

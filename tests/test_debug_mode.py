@@ -203,3 +203,105 @@ def test_a_data_dependent_fake_kernel_passes_debug_mode(ns: str, debug: None) ->
 
     for fn in call_paths(NonZero).values():
         assert fn(torch.tensor([0.0, 1.0, 2.0])).tolist() == [[1], [2]]
+
+
+# --------------------------------------------------------------------------- the switch, bodies, one message
+
+
+@pytest.mark.parametrize("value", ["", "0", "false", "False", "off", "no", " OFF "])
+def test_the_switch_off_as_people_write_it(ns: str, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("OPCLASS_DEBUG", value)
+    cls = _scale(ns)
+    assert cls.record.kernel_for("cpu").user is cls.__dict__["cpu"].__func__  # no wrapper
+    assert "debug mode" not in repr(cls.record)
+
+
+@pytest.mark.parametrize("value", ["1", "true", "True", "yes", "on", " ON "])
+def test_the_switch_on_as_people_write_it_and_the_record_says_so(ns: str, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("OPCLASS_DEBUG", value)
+    cls = _scale(ns)
+    assert "; debug mode (OPCLASS_DEBUG)" in repr(cls.record)
+    with pytest.raises(RuntimeError, match=r"\(Scale.cpu\) wrote to 'x'"):
+        cls(torch.ones(3), torch.ones(3), 2.0)
+
+
+def test_a_switch_it_cannot_read_is_refused(ns: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPCLASS_DEBUG", "maybe")
+    with pytest.raises(ValueError, match=r"^OPCLASS_DEBUG='maybe' is not a switch: set it to 1 \(or true, yes, on\) for debug mode"):
+        _scale(ns)
+    assert not hasattr(getattr(torch.ops, ns), "scale")
+
+
+def _writing_body(ns: str, hook: str, how: str) -> Any:
+    def body(x: Tensor) -> Tensor:
+        if how == "numpy":
+            x.detach().numpy()[0] = 5.0  # no version counter moves
+        else:
+            x.add_(1)
+        return x * 2
+
+    return type("Body", (CustomOp,), {hook: staticmethod(body)}, name=f"{ns}::body_{hook}_{how}")
+
+
+@pytest.mark.parametrize("how", ["numpy", "in_place"])
+@pytest.mark.parametrize("hook", ["composite", "autograd"])
+def test_an_undeclared_write_in_a_body_is_caught(ns: str, debug: None, hook: str, how: str) -> None:
+    op = _writing_body(ns, hook, how)
+    assert "debug mode" in repr(op.record)
+    for label, fn in call_paths(op).items():
+        line = first_line(error_of(fn, torch.ones(3)))
+        assert line.startswith(f"{ns}::body_{hook}_{how} (Body.{hook}) wrote to 'x'"), (label, line)
+        assert "add mutates_args=('x',) to the class statement" in line, label
+
+
+def test_a_body_passes_debug_mode_when_it_writes_nothing(ns: str, debug: None) -> None:
+    class Square(CustomOp, name=f"{ns}::square"):
+        @staticmethod
+        def composite(x: Tensor) -> Tensor:
+            return x * x
+
+    leaf = torch.tensor([1.0, 2.0], requires_grad=True)
+    Square(leaf).sum().backward()
+    assert leaf.grad is not None and torch.equal(leaf.grad, torch.tensor([2.0, 4.0]))
+    assert torch.equal(torch.vmap(Square)(torch.ones(2, 3)), torch.ones(2, 3))
+    compiled = torch.compile(lambda t: Square(t), backend="aot_eager", fullgraph=True)
+    assert torch.equal(compiled(torch.full((2,), 3.0)), torch.full((2,), 9.0))
+
+
+def test_the_class_call_and_torch_ops_give_one_message_with_defaults_left_out(ns: str, debug: None) -> None:
+    class Pad(CustomOp, name=f"{ns}::pad"):
+        @staticmethod
+        def cpu(x: Tensor, n: int = 2, *, fill: float = 0.0) -> Tensor:
+            return torch.cat([x, x.new_full((n,), fill)])
+
+        @staticmethod
+        def abstract(x: Tensor, n: int = 2, *, fill: float = 0.0) -> Tensor:
+            return x.new_empty(x.shape[0] + 1)  # wrong: ignores n
+
+    lines = {label: first_line(error_of(fn, torch.ones(3))) for label, fn in call_paths(Pad).items()}
+    assert len(set(lines.values())) == 1, lines
+    assert "called with x=Tensor(shape=(3,), dtype=torch.float32, device=cpu, stride=(1,)), n=2, fill=0.0" in next(iter(lines.values()))
+
+
+@pytest.mark.parametrize("result", ["none", "one_tensor"])
+def test_a_wrong_result_gets_the_contracts_error_in_debug_mode_too(ns: str, monkeypatch: pytest.MonkeyPatch, result: str) -> None:
+    def define(name: str) -> Any:
+        class Split(CustomOp, name=f"{ns}::{name}"):
+            @staticmethod
+            def cpu(x: Tensor) -> tuple[Tensor, Tensor]:
+                return None if result == "none" else x.clone()  # type: ignore[return-value]
+
+            @staticmethod
+            def abstract(x: Tensor) -> tuple[Tensor, Tensor]:
+                return torch.empty_like(x), torch.empty_like(x)
+
+        return Split
+
+    monkeypatch.setenv("OPCLASS_DEBUG", "0")
+    plain = {label: error_of(fn, torch.ones(2)) for label, fn in call_paths(define("plain")).items()}
+    monkeypatch.setenv("OPCLASS_DEBUG", "1")
+    debugged = {label: error_of(fn, torch.ones(2)) for label, fn in call_paths(define("debugged")).items()}
+    for (label, off), on in zip(plain.items(), debugged.values()):
+        assert type(on) is type(off) is TypeError, (label, type(off), type(on))
+        assert first_line(on) == first_line(off).replace("::plain", "::debugged"), label
+        assert f"{ns}::debugged (Split.cpu)" in first_line(on), label

@@ -107,9 +107,55 @@ def test_refused_with_the_reason(ns: str) -> None:
     )
     with pytest.raises(ValueError, match=rf"^{ns}::fill \(Fill\) mutates x, and a decomposition is functional"):
         opclass.decompositions(Fill)
-    with pytest.raises(TypeError, match="is not a live op class"):
+    with pytest.raises(TypeError, match=r"^opclass.decompositions\(\) takes live op classes, their qualified names \('ns::op'\) or their OpOverloads"):
         opclass.decompositions(torch.nn.Linear)
+    with pytest.raises(TypeError, match="takes live op classes"):
+        opclass.decompositions(f"{ns}::no_such_op")
 
+
+def test_an_op_is_named_as_opclass_remove_takes_it_or_by_its_overload(ns: str) -> None:
+    ops = _ops(ns)
+    gelu = ops["gelu"]
+    expected = opclass.decompositions(gelu)
+    for given in (gelu.qualname, gelu.op, getattr(torch.ops, ns).gelu):
+        table = opclass.decompositions(given)
+        assert list(table) == list(expected) == [gelu.op], given
+        assert [fn.__name__ for fn in table.values()] == ["Gelu_default"], given
+
+
+def test_every_live_op_the_table_leaves_out_is_named(ns: str) -> None:
+    class NpOnly(CustomOp, name=f"{ns}::np_only"):
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            return torch.from_numpy(np.exp(x.numpy()))
+
+    with pytest.warns(UserWarning, match=r"opclass.decompositions\(\): \d+ op\(s\) left out of the table stay one node each") as seen:
+        table = opclass.decompositions()
+    assert NpOnly.op not in table
+    assert f"{ns}::np_only (NpOnly) has no decomposition: its kernels (NpOnly.cpu) may leave torch" in str(seen[0].message)
+
+
+def test_a_body_op_with_a_reference_is_refused_for_it_is_never_decomposed_into(ns: str) -> None:
+    class Twice(CustomOp, name=f"{ns}::twice"):
+        @staticmethod
+        def autograd(x: Tensor) -> Tensor:
+            return x * 2
+
+        @staticmethod
+        def reference(x: Tensor) -> Tensor:
+            return x + x
+
+    # torch runs the body at the Autograd key before it reads a table: the program gets aten.mul.
+    ep = torch.export.export(_Call(Twice), (torch.ones(3),))
+    assert _targets(ep.run_decompositions({})) == ["aten.mul.Tensor"]
+    with pytest.raises(ValueError) as info:
+        opclass.decompositions(Twice)
+    assert str(info.value).startswith(
+        f"{ns}::twice (Twice) runs Twice.autograd (at Autograd) before any decomposition table is read: "
+        "a decomposed program holds what Twice.autograd calls, not Twice.reference. To deploy the reference, write the op as default"
+    )
+    with pytest.warns(UserWarning, match=rf"{ns}::twice \(Twice\) runs Twice.autograd"):
+        assert Twice.op not in opclass.decompositions()
 
 def test_a_default_that_leaves_torch_fails_when_decomposed(ns: str) -> None:
     class NpDefault(CustomOp, name=f"{ns}::np_default"):

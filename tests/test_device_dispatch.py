@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 from torch import Tensor
 
@@ -56,6 +57,19 @@ def test_cpu_only_op_has_no_kernel_for_other_devices(ns: str) -> None:
     assert torch._C._dispatch_has_kernel_for_dispatch_key(CpuOnly.qualname, "CPU")
     assert not torch._C._dispatch_has_kernel_for_dispatch_key(CpuOnly.qualname, "CUDA")
     assert not torch._C._dispatch_has_kernel_for_dispatch_key(CpuOnly.qualname, "CompositeExplicitAutograd")
+
+
+def test_a_cuda_only_op_has_a_stand_in_on_cpu_that_says_what_it_has(ns: str) -> None:
+    class CudaOnly(CustomOp, name=f"{ns}::cuda_only"):
+        @staticmethod
+        def cuda(x: Tensor) -> Tensor:
+            return x + 1
+
+    # At CPU, opclass's stand-in: it raises what the dispatcher raises there, saying what the op has.
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(CudaOnly.qualname, "CPU")
+    with pytest.raises(NotImplementedError, match=r"::cuda_only \(CudaOnly\) has no kernel for cpu tensors \(it has CudaOnly.cuda\): define CudaOnly.cpu, or CudaOnly.default"):
+        CudaOnly.op(torch.ones(1))
+    assert repr(CudaOnly.record).endswith("fast path: cuda>")
 
 
 # --------------------------------------------------------------------------- factory ops

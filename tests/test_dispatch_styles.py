@@ -111,6 +111,12 @@ def test_matches_library_in_every_context(ns: str, style: str) -> None:
         seen[label] = got
     reference = seen.pop("Library")
     for label, got in seen.items():
+        if style == "autograd":
+            # Nothing runs under inference_mode, for both; opclass's error also says why, and the fix.
+            assert got[2][0] == reference[2][0] == "NotImplementedError", (label, got[2])
+            assert got[2][1].endswith("::op (Op.autograd): the op's only kernel is at the Autograd key, which torch.inference_mode() skips: "
+                                      "call the op outside inference_mode (under torch.no_grad() it runs), or give it a kernel of its own (Op.default or Op.cpu)"), got[2]
+            got[2] = reference[2]
         for a, b in zip(got, reference):
             if isinstance(b, Tensor):
                 assert torch.equal(a, b), label
@@ -162,6 +168,74 @@ def test_composite_refuses_kernels_it_would_shadow(ns: str) -> None:
 
     assert info.value.hook == "composite"
     assert "Both.abstract would never run" in str(info.value) and "drop abstract" in str(info.value)
+
+
+def test_an_autograd_body_beside_a_kernel_offers_fixes_that_work(ns: str) -> None:
+    class _Double(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: Tensor) -> Tensor:
+            return x * 2
+
+        @staticmethod
+        def backward(ctx: Any, grad: Tensor) -> Tensor:
+            return grad * 2
+
+    with pytest.raises(OpDefinitionError) as info:
+
+        class Both(CustomOp, name=f"{ns}::both"):
+            @staticmethod
+            def cpu(x: Tensor) -> Tensor:
+                return x * 2
+
+            @staticmethod
+            def autograd(x: Tensor) -> Tensor:
+                return _Double.apply(x)
+
+    assert str(info.value).endswith(
+        "Both.cpu would never run; keep autograd alone (it may call the cpu code as a plain function), or drop autograd "
+        "and keep cpu, with setup_context and backward for its gradients"
+    ), str(info.value)
+
+    # Either fix: the same values and gradients.
+    class Alone(CustomOp, name=f"{ns}::alone"):
+        @staticmethod
+        def autograd(x: Tensor) -> Tensor:
+            return _Double.apply(x)
+
+    class Kernel(CustomOp, name=f"{ns}::kernel"):
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            return x * 2
+
+        @staticmethod
+        def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+            pass
+
+        @staticmethod
+        def backward(ctx: Any, grad: Tensor) -> Tensor:
+            return grad * 2
+
+    for op in (Alone, Kernel):
+        x = torch.arange(3.0, requires_grad=True)
+        op(x).sum().backward()
+        assert x.grad is not None and torch.equal(x.grad, torch.full((3,), 2.0)), op
+
+
+def test_a_composite_body_calling_numpy_under_grad_names_the_op_and_the_fix(ns: str) -> None:
+    class Np(CustomOp, name=f"{ns}::np"):
+        @staticmethod
+        def composite(x: Tensor) -> Tensor:
+            return torch.from_numpy(x.numpy() * 2)
+
+    assert torch.equal(Np(torch.ones(2)), torch.full((2,), 2.0))  # no grad: NumPy runs
+    for label, fn in call_paths(Np).items():
+        with pytest.raises(RuntimeError) as info:
+            fn(torch.ones(2, requires_grad=True))
+        assert str(info.value) == (
+            f"{ns}::np (Np.composite) calls .numpy() on a Tensor that requires grad, but a composite body must be torch ops, "
+            "which autograd differentiates through (.detach() would drop the gradient): write the kernel as default (or cpu) "
+            "with setup_context and backward"
+        ), label
 
 
 def test_composite_is_a_documented_hook() -> None:

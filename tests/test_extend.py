@@ -323,6 +323,57 @@ def test_autograd_formula_on_an_op_with_autograd_is_refused(lib: torch.library.L
                 return grad
 
 
+def test_a_formula_for_a_custom_op_op_points_at_register_autograd(ns: str) -> None:
+    @torch.library.custom_op(f"{ns}::co", mutates_args=())
+    def co(x: Tensor) -> Tensor:
+        return x * 2
+
+    with pytest.raises(OpDefinitionError) as info:
+
+        class Op(CustomOp, name=f"{ns}::co", existing=True):
+            @staticmethod
+            def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+                pass
+
+            @staticmethod
+            def backward(ctx: Any, grad: Tensor) -> Tensor:
+                return grad * 2
+
+    assert str(info.value).endswith(
+        f"{ns}::co was made with torch.library.custom_op, whose autograd kernel takes its formula only from "
+        f"torch.library.register_autograd('{ns}::co', backward, setup_context=...): give it there, and leave the formula out of this class"
+    ), str(info.value)
+    # The fix it names works.
+    torch.library.register_autograd(f"{ns}::co", lambda ctx, grad: grad * 2, setup_context=lambda ctx, inputs, output: None)
+    x = torch.ones(2, requires_grad=True)
+    co(x).sum().backward()
+    assert x.grad is not None and torch.equal(x.grad, torch.full((2,), 2.0))
+
+
+def test_a_fake_kernel_for_an_op_defined_elsewhere_asks_for_existing(lib: torch.library.Library, ns: str) -> None:
+    lib.define("op(Tensor x) -> Tensor")
+    lib.impl("op", lambda x: x * 2, "CPU")
+    with pytest.raises(OpDefinitionError) as info:
+
+        class Op(CustomOp, name=f"{ns}::op"):
+            @staticmethod
+            def abstract(x: Tensor) -> Tensor:
+                return torch.empty_like(x)
+
+    assert str(info.value).endswith(
+        f"{ns}::op is an op defined outside opclass, and the class defines no kernel (cpu, cuda or default) to be an op of "
+        "its own; write existing=True in the class statement to add Op.abstract to that op"
+    ), str(info.value)
+
+    class Fixed(CustomOp, name=f"{ns}::op", existing=True):  # the fix it names
+        @staticmethod
+        def abstract(x: Tensor) -> Tensor:
+            return torch.empty_like(x)
+
+    with FakeTensorMode() as mode:
+        assert Fixed(mode.from_tensor(torch.ones(3))).shape == (3,)
+
+
 def test_abstract_on_an_op_with_a_fake_kernel_is_refused(lib: torch.library.Library, ns: str) -> None:
     lib.define("op(Tensor x) -> Tensor")
     lib._register_fake("op", lambda x: torch.empty_like(x))

@@ -201,6 +201,88 @@ def test_schema_type_marker_checks_its_python_type(ns: str) -> None:
         SchemaType("Dimname")
 
 
+def _annotated(**annotations: Any) -> Any:
+    """A kernel whose annotations are objects (this module's are strings: ``from __future__ import annotations``)."""
+
+    def kernel(x, n, sizes=()):  # type: ignore[no-untyped-def]
+        return x
+
+    kernel.__annotations__ = {"x": Tensor, **annotations, "return": Tensor}
+    return staticmethod(kernel)
+
+
+def test_a_bare_schema_type_is_refused_with_the_annotation_to_write(ns: str) -> None:
+    with pytest.raises(OpDefinitionError) as info:
+        type("Bad", (CustomOp,), {"default": _annotated(n=SchemaType("int"))}, name=f"{ns}::bad")
+    assert str(info.value) == (
+        "Bad.default(x: Tensor, n: opclass.SchemaType('int'), sizes=()) -> Tensor: parameter 'n': SchemaType('int') is not an "
+        "annotation by itself; it marks a type inside Annotated: write opclass.Int"
+    )
+
+
+def test_messages_write_opclass_int_as_users_write_it(ns: str) -> None:
+    with pytest.raises(OpDefinitionError) as info:
+        hooks = {"cpu": _annotated(n=Int, sizes=list[Int]), "abstract": _annotated(n=float, sizes=list[Int])}
+        type("Bad", (CustomOp,), hooks, name=f"{ns}::bad")
+    line = str(info.value)
+    assert "Bad.cpu(x: Tensor, n: opclass.Int, sizes: list[opclass.Int] = ()) -> Tensor" in line, line
+    assert "Annotated" not in line and "text=" not in line
+    with pytest.raises(OpDefinitionError, match=r"supported are Tensor, int, opclass.Int, float"):
+        type("Odd", (CustomOp,), {"default": _annotated(n=set)}, name=f"{ns}::odd")
+
+
+def _head(ns: str, plain: bool) -> Any:
+    """x[:n] * 2, with n a plain int (opclass.Int) or a SymInt (bare int)."""
+
+    def default(x, n):  # type: ignore[no-untyped-def]
+        return x[:n] * 2
+
+    def abstract(x, n):  # type: ignore[no-untyped-def]
+        return x.new_empty(min(n, x.shape[0]), *x.shape[1:])
+
+    for fn in (default, abstract):
+        fn.__annotations__ = {"x": Tensor, "n": Int if plain else int, "return": Tensor}
+    return type("Head", (CustomOp,), {"default": staticmethod(default), "abstract": staticmethod(abstract)}, name=f"{ns}::head")
+
+
+_SPECIALIZED = r"::head \(Head\): 'n' is opclass.Int \(a plain int\) and gets a symbolic size, which torch specializes to one value"
+
+
+def test_a_symbolic_size_for_opclass_int_under_compile_is_said_once(ns: str) -> None:
+    op = _head(ns, plain=True)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda t: op(t, t.shape[0]), backend="aot_eager", dynamic=True)
+    with pytest.warns(UserWarning, match=_SPECIALIZED) as seen:
+        for rows in (3, 4, 5):
+            assert torch.equal(compiled(torch.ones(rows, 2)), torch.full((rows, 2), 2.0))
+    assert len([w for w in seen if "opclass.Int" in str(w.message)]) == 1
+    assert "Annotate n as int (SymInt) to keep the size symbolic, or pass a constant" in str(seen[0].message)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_dynamic_dim_for_opclass_int_under_export_is_said(ns: str, strict: bool) -> None:
+    op = _head(ns, plain=True)
+
+    class M(torch.nn.Module):
+        def forward(self, x: Tensor) -> Tensor:
+            return op(x, x.shape[0])
+
+    with pytest.warns(UserWarning, match=_SPECIALIZED), pytest.raises(Exception, match="Constraints violated"):
+        torch.export.export(M(), (torch.ones(4, 2),), dynamic_shapes=({0: torch.export.Dim("batch")},), strict=strict)
+
+
+def test_a_bare_int_takes_a_symbolic_size_without_a_word(ns: str) -> None:
+    import warnings
+
+    op = _head(ns, plain=False)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda t: op(t, t.shape[0]), backend="aot_eager", dynamic=True)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*opclass.Int.*")
+        for rows in (3, 4, 5):
+            assert torch.equal(compiled(torch.ones(rows, 2)), torch.full((rows, 2), 2.0))
+
+
 def test_the_docs_table_is_the_code_table() -> None:
     text = (Path(__file__).parents[1] / "docs" / "guide" / "schema.md").read_text()
     rows = re.search(r"\| annotation \| schema type \|\n\|---\|---\|\n((?:\|.*\|\n)+)", text)
@@ -299,7 +381,8 @@ def test_an_autograd_only_op_of_quantized_decomposed_needs_no_schema_string(ns: 
         got.sum().backward()
         assert torch.equal(got, want) and torch.equal(x.grad, want_grad)
         x.grad = None
-        with torch.inference_mode(), pytest.raises(NotImplementedError, match="CPU"):
+        # torch's own op raises that nothing runs on CPU; the port also says why and what to do.
+        with torch.inference_mode(), pytest.raises(NotImplementedError, match=r"\(FakeQuant.autograd\): the op's only kernel is at the Autograd key, which torch.inference_mode\(\) skips"):
             fn(x.detach(), *args)
     with torch.inference_mode(), pytest.raises(NotImplementedError, match="CPU"):
         original(x.detach(), *args)

@@ -355,9 +355,11 @@ def test_registered_and_removed(ns: str) -> None:
     scale, add_scaled = ops.Scale.op, ops.AddScaled.op
     for op in (scale, add_scaled, ops.ColumnSum.op, ops.Cumsum.op, ops.RowMinMax.op, ops.AddInto.op, ops.WeightedTotal.op):
         assert op in propagator.op_strategy_funcs and op in propagator.op_to_schema_info, op
-    # A keyword-only Tensor is part of DTensor's cache key.
-    assert propagator.op_to_schema_info[add_scaled].static_kwargkey == ["y"]
+    # Every argument is part of DTensor's cache key: non-Tensor positional ones from the first on,
+    # keyword-only ones (Tensors too) by name.
+    assert propagator.op_to_schema_info[add_scaled].static_kwargkey == ["y", "alpha"]
     assert propagator.op_to_schema_info[scale].static_kwargkey is None
+    assert propagator.op_to_schema_info[scale].static_argnum == 1  # (x, factor): factor on
     opclass.remove(ops.Scale)
     assert scale not in propagator.op_strategy_funcs and scale not in propagator.op_to_schema_info
     assert add_scaled in propagator.op_strategy_funcs
@@ -371,31 +373,30 @@ def test_registered_and_removed(ns: str) -> None:
 def test_redefinition_replaces_the_strategy(ns: str) -> None:
     from torch.distributed.tensor import Replicate
 
-    def define(placements: list[Any]) -> Any:
-        class Twice(CustomOp, name=f"{ns}::twice"):
-            @staticmethod
-            def default(x: Tensor) -> Tensor:
-                return 2 * x
-
-            @staticmethod
-            def abstract(x: Tensor) -> Tensor:
-                return torch.empty_like(x)
-
-            @staticmethod
-            def sharding(x):  # type: ignore[no-untyped-def]
-                return [(placements, placements)]
-
-        return Twice
+    def define(placements: list[Any], schema: str = "(Tensor x) -> Tensor") -> Any:
+        k = "(Tensor x, int k=2)" in schema
+        hooks = {
+            "default": (lambda x, k=2: k * x) if k else (lambda x: 2 * x),
+            "abstract": (lambda x, k=2: torch.empty_like(x)) if k else (lambda x: torch.empty_like(x)),
+            "sharding": (lambda x, k=2: [(placements, placements)]) if k else (lambda x: [(placements, placements)]),
+        }
+        return type("Twice", (CustomOp,), {n: staticmethod(f) for n, f in hooks.items()}, name=f"{ns}::twice", schema=schema)
 
     propagator = _propagator()
     first = define([Replicate()])
     old_op, old_strategy = first.op, propagator.op_strategy_funcs[first.op]
+    # The same registrations: installed in place, the same OpOverload, its strategy replaced.
     second = define([Replicate()])
-    assert second.op is not old_op
-    assert old_op not in propagator.op_strategy_funcs and old_op not in propagator.op_to_schema_info
+    assert second.op is old_op
     assert propagator.op_strategy_funcs[second.op] is not old_strategy
     assert [r.op for r in _sharding._REGISTERED if r.namespace == ns] == [second.op]
     assert _sharding._REGISTERED[second.record] == (second.op, propagator.op_strategy_funcs[second.op])
+    # Another schema: a fresh OpOverload; the old one's strategy is gone.
+    third = define([Replicate()], "(Tensor x, int k=2) -> Tensor")
+    assert third.op is not old_op
+    assert old_op not in propagator.op_strategy_funcs and old_op not in propagator.op_to_schema_info
+    assert [r.op for r in _sharding._REGISTERED if r.namespace == ns] == [third.op]
+    assert _sharding._REGISTERED[third.record] == (third.op, propagator.op_strategy_funcs[third.op])
 
 
 @needs_dtensor

@@ -428,6 +428,40 @@ def test_reference_that_disagrees_fails_the_reference_check(ns: str) -> None:
     check_op(NpExp, [(torch.linspace(-2, 2, 6),)], reference=False)
 
 
+def _numpy_sum_rows(ns: str, out_dims: int) -> Any:
+    class SumRows(CustomOp, name=f"{ns}::sum_rows_{out_dims}"):
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            return torch.from_numpy(x.numpy().sum(1, keepdims=True))  # (n, m) -> (n, 1)
+
+        @staticmethod
+        def abstract(x: Tensor) -> Tensor:
+            return x.new_empty(x.shape[0], 1)
+
+        @staticmethod
+        def vmap(info: Any, in_dims: Any, x: Tensor) -> Any:
+            # One call per example, stacked in dim 1: the batch dimension is 1.
+            b = x.movedim(in_dims[0], 0)
+            out = torch.stack([SumRows(row.contiguous()) for row in b], 1)  # (n, B, 1)
+            return out, out_dims
+
+    return SumRows
+
+
+def test_a_vmap_rule_with_wrong_out_dims_fails_the_vmap_check(ns: str) -> None:
+    good, bad = _numpy_sum_rows(ns, 1), _numpy_sum_rows(ns, 0)
+    sample = [(torch.arange(6.0).reshape(2, 3),)]
+    check_op(good, sample)
+    with pytest.raises(AssertionError) as info:
+        check_op(bad, sample)
+    message = str(info.value)
+    assert message.startswith(
+        f"{ns}::sum_rows_0, sample 0: vmap check failed: {ns}::sum_rows_0 (SumRows.vmap) disagrees with the op called on each of 3 examples "
+        "(the output, batch dim 0): "
+    ), message
+    assert message.endswith("(is each out_dims where its output's batch dimension is?)"), message
+
+
 def test_fast_path_mismatch_is_caught(ns: str) -> None:
     class Double(CustomOp, name=f"{ns}::double"):
         @staticmethod

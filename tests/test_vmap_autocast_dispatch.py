@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from opclass import CustomOp
+from opclass import CustomOp, OpDefinitionError
 
 
 # --------------------------------------------------------------------------- vmap
@@ -63,6 +64,46 @@ def test_vmap_without_hook_falls_back_per_example(ns: str) -> None:
     torch.testing.assert_close(out, xs.sum(-1).T)
 
 
+def test_a_vmap_rule_takes_keyword_only_arguments_by_keyword_as_the_hint_says(ns: str) -> None:
+    # What the hint used to suggest (no k), which failed at the first vmap call.
+    with pytest.raises(OpDefinitionError) as info:
+
+        class Bad(CustomOp, name=f"{ns}::bad"):
+            @staticmethod
+            def cpu(x: Tensor, *, k: float) -> Tensor:
+                return x * k
+
+            @staticmethod
+            def vmap(info: Any, in_dims: Any, x: Tensor) -> Any:
+                return x, 0
+
+    assert str(info.value).endswith(
+        "takes no 'k' by keyword, which torch.vmap passes the rule by keyword; write vmap(info, in_dims, x, *, k) returning (output, out_dims)"
+    ), str(info.value)
+    with pytest.raises(OpDefinitionError, match=r"takes 2 positional parameters; write vmap\(info, in_dims, x, \*, k\) returning"):
+
+        class Short(CustomOp, name=f"{ns}::short"):
+            @staticmethod
+            def cpu(x: Tensor, *, k: float) -> Tensor:
+                return x * k
+
+            @staticmethod
+            def vmap(info: Any, in_dims: Any) -> Any:
+                return None, 0
+
+    class Good(CustomOp, name=f"{ns}::good"):  # the form the hints give
+        @staticmethod
+        def cpu(x: Tensor, *, k: float) -> Tensor:
+            return x * k
+
+        @staticmethod
+        def vmap(info: Any, in_dims: Any, x: Tensor, *, k: float) -> Any:
+            return Good(x.movedim(in_dims[0], 0), k=k), 0
+
+    xs = torch.randn(3, 4)
+    torch.testing.assert_close(torch.vmap(lambda t: Good(t, k=2.0))(xs), xs * 2)
+
+
 # --------------------------------------------------------------------------- autocast
 
 
@@ -86,6 +127,36 @@ def test_autocast_casts_positional_and_keyword_tensors(ns: str) -> None:
     y = Mix(x, idx, d, w=w)
     assert seen[-1] == (torch.float32, torch.int64, torch.float64, torch.float32)
     assert y.dtype is torch.float32
+
+
+def test_autocast_leaves_a_written_argument_uncast_so_the_write_reaches_the_caller(ns: str) -> None:
+    seen: list[tuple[torch.dtype, torch.dtype]] = []
+
+    class Accumulate(CustomOp, name=f"{ns}::accumulate", mutates_args=("acc",)):
+        autocast = {"cpu": torch.bfloat16}
+
+        @staticmethod
+        def cpu(acc: Tensor, x: Tensor) -> None:
+            seen.append((acc.dtype, x.dtype))
+            acc.add_(x)
+
+        @staticmethod
+        def abstract(acc: Tensor, x: Tensor) -> None:
+            return None
+
+    calls = {
+        "class call": lambda a, x: Accumulate(a, x),
+        "torch.ops": lambda a, x: Accumulate.op(a, x),
+        "compiled": torch.compile(lambda a, x: Accumulate(a, x), backend="aot_eager", fullgraph=True),
+    }
+    for label, call in calls.items():
+        acc, x = torch.zeros(3), torch.full((3,), 1.5)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            call(acc, x)
+            call(acc, x)
+        assert acc.dtype is torch.float32, label
+        assert torch.equal(acc, torch.full((3,), 3.0)), (label, acc)  # both writes reached the caller
+        assert seen[-1] == (torch.float32, torch.bfloat16), label  # the other argument is still cast
 
 
 # --------------------------------------------------------------------------- torch_dispatch

@@ -22,6 +22,7 @@ from opclass.core.names import DEVICE_TYPES
 from opclass.define.hookspec import Hook, HookContext, positional_count, register_hook
 from opclass.builtin_hooks import eager, providers, sharding, traceable
 from opclass.builtin_hooks.kernels import abstract_hook, autograd_hook, composite_hook, device_hook
+from opclass.errors import raised_by_torch, reraise
 from opclass.install.functions import Formula
 from opclass.install.record import OpRecord
 
@@ -84,7 +85,7 @@ def _install_formula(record: OpRecord, backward: Callable[..., Any]) -> None:
     # backward's install hands over the whole formula: setup_context comes with it (requires), jvp may.
     setup = record.hooks["setup_context"]
     keywords = "keyword_only_inputs" in memo.signature(setup).parameters
-    record.formula = Formula(backward, setup, keywords, record.hooks.get("jvp"), missing_jvp=_missing_jvp(record), where=record.where("backward"))
+    record.formula = Formula(backward, setup, keywords, record.hooks.get("jvp"), missing_jvp=_missing_jvp(record), where=record.where("backward"), setup_where=record.where("setup_context"))
 
 
 def _no_formula(record: OpRecord) -> None:
@@ -114,10 +115,20 @@ def _check_jvp(fn: Any, ctx: HookContext) -> None:
 
 def _check_vmap(fn: Any, ctx: HookContext) -> None:
     n = positional_count(fn)
-    positional = ctx.arguments.positional
+    positional, keyword_only = ctx.arguments.positional, ctx.arguments.keyword_only
+    # torch.vmap passes the op's keyword-only arguments to the rule by keyword.
+    star = f", *, {', '.join(a.name for a in keyword_only)}" if keyword_only else ""
+    form = f"vmap(info, in_dims, {', '.join(a.name for a in positional)}{star}) returning (output, out_dims)"
     if n is not None and n != 2 + len(positional):
-        args = ", ".join(a.name for a in positional)
-        ctx.fail(f"takes {n} positional parameters", f"write vmap(info, in_dims, {args}) returning (output, out_dims)")
+        ctx.fail(f"takes {n} positional parameters", f"write {form}")
+    try:
+        params = memo.signature(fn).parameters
+    except (TypeError, ValueError):
+        return
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        missing = [a.name for a in keyword_only if a.name not in params or params[a.name].kind is params[a.name].POSITIONAL_ONLY]
+        if missing:
+            ctx.fail(f"takes no {', '.join(repr(m) for m in missing)} by keyword, which torch.vmap passes the rule by keyword", f"write {form}")
 
 
 def _install_vmap(record: OpRecord, fn: Callable[..., Any]) -> None:
@@ -155,18 +166,32 @@ def _cast(value: Any, device_type: str, dtype: torch.dtype) -> Any:
 def _install_autocast(record: OpRecord, value: dict[str, torch.dtype]) -> None:
     op = record.op
     assert record.lib is not None and op is not None
+    # An argument the op writes is never cast: the kernel would write a copy, and the caller's
+    # Tensor would keep its old values (torch.library.register_autocast loses such writes).
+    written = frozenset(a.index for a in record.arguments.written), frozenset(a.name for a in record.arguments.written)
     for device_type, dtype in value.items():
         key = "Autocast" + _C._dispatch_key_for_device(device_type)
-        record.lib.impl(record.overload_name(), _autocast_kernel(op, key, device_type, dtype), key, with_keyset=True)
+        kernel = record.kernel_for(device_type)
+        where = f"{kernel.where if kernel is not None else record.qualname}, given {dtype} by {record.cls_name}.autocast"
+        record.lib.impl(record.overload_name(), _autocast_kernel(op, key, device_type, dtype, written, where), key, with_keyset=True)
 
 
-def _autocast_kernel(op: Any, key: str, device_type: str, dtype: torch.dtype) -> Callable[..., Any]:
+def _autocast_kernel(op: Any, key: str, device_type: str, dtype: torch.dtype, written: tuple[frozenset[int], frozenset[str]], where: str) -> Callable[..., Any]:
     excluded = _C.DispatchKeySet(getattr(_C.DispatchKey, key))
+    at, named = written
+    fix = f"the kernel cannot take {dtype}: leave {device_type} out of the op's autocast, or convert inside the kernel (x.float())"
 
     def autocast_kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
         # Unlike torch.library.register_autocast, keyword arguments are cast too, not rejected.
-        with _C._ExcludeDispatchKeyGuard(excluded):
-            return op(*_cast(args, device_type, dtype), **{k: _cast(v, device_type, dtype) for k, v in kwargs.items()})
+        cast_args = [v if i in at else _cast(v, device_type, dtype) for i, v in enumerate(args)]
+        cast_kwargs = {k: v if k in named else _cast(v, device_type, dtype) for k, v in kwargs.items()}
+        try:
+            with _C._ExcludeDispatchKeyGuard(excluded):
+                return op(*cast_args, **cast_kwargs)
+        except Exception as e:
+            if not raised_by_torch(e):
+                raise
+            reraise(e, where, fix if "unsupported ScalarType" in str(e) else "")
 
     return autocast_kernel
 

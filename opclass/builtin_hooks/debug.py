@@ -1,5 +1,6 @@
-"""Debug mode (``OPCLASS_DEBUG=1`` when an op is defined): each of its kernels is wrapped to
-check, on every real call, what nothing else checks at run time:
+"""Debug mode (``OPCLASS_DEBUG=1`` when an op is defined): each of its kernels (a device kernel,
+a provider, a ``composite`` or ``autograd`` body) is wrapped to check, on every real call, what
+nothing else checks at run time:
 
 - the kernel wrote to no Tensor argument the op does not declare in ``mutates_args``: version
   counters, and values too (a write through ``.numpy()`` moves no counter);
@@ -38,9 +39,34 @@ ENV = "OPCLASS_DEBUG"
 _MODES = threading.local()
 
 
+_ON, _OFF = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
 def enabled() -> bool:
-    """Whether ops defined now get the debug checks (``OPCLASS_DEBUG`` set, and not ``0``)."""
-    return os.environ.get(ENV, "") not in ("", "0")
+    """Whether ops defined now get the debug checks: ``OPCLASS_DEBUG`` read as people write a
+    switch (``1``/``true``/``yes``/``on``; unset, ``0``/``false``/``no``/``off``; any case);
+    anything else is refused rather than guessed."""
+    raw = os.environ.get(ENV, "")
+    value = raw.strip().lower()
+    if value in _OFF:
+        return False
+    if value in _ON:
+        return True
+    raise ValueError(f"{ENV}={raw!r} is not a switch: set it to 1 (or true, yes, on) for debug mode, to 0 (or false, no, off) or unset it for none")
+
+
+def wrap(record: OpRecord, hook: str, fn: Callable[..., Any], tolerances: Any = None, *, fake: bool = True) -> Callable[..., Any]:
+    """``fn`` as an install registers it: under the debug checks (:func:`debug_kernel`) where
+    debug mode is on, when ``repr(record)`` says so; else ``fn`` itself (nothing to pay)."""
+    if not enabled():
+        return fn
+    if _shown not in record.shown:
+        record.shown.append(_shown)
+    return debug_kernel(record, hook, fn, tolerances, fake=fake)
+
+
+def _shown() -> str:
+    return f"debug mode ({ENV})"
 
 
 class Watched(NamedTuple):
@@ -115,7 +141,8 @@ def _meta(value: Any) -> str:
 
 
 def _arguments(spec: OpSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    given = [*zip(spec.arguments.names, args), *kwargs.items()]
+    # Every argument, defaults included: the fast path passes them, the dispatcher leaves them out.
+    given = zip(spec.arguments.names, spec.arguments.values(*spec.arguments.complete(args, kwargs)))
     return ", ".join(f"{n}={_meta(v) if not isinstance(v, (list, tuple)) else '[' + ', '.join(map(_meta, v)) + ']'}" for n, v in given)
 
 
@@ -175,21 +202,29 @@ def fake_disagrees(record: OpRecord, where: str, args: tuple[Any, ...], kwargs: 
     )
 
 
-def debug_kernel(record: OpRecord, hook: str, fn: Callable[..., Any], tolerances: Any = None) -> Callable[..., Any]:
+def debug_kernel(record: OpRecord, hook: str, fn: Callable[..., Any], tolerances: Any = None, *, fake: bool = True) -> Callable[..., Any]:
     """``fn``, raising ``RuntimeError`` when it writes to an argument not in ``mutates_args`` or
-    returns what the fake kernel does not promise; for one of several kernels of the op (a
-    provider: ``tolerances`` has its ``atol`` and ``rtol``), also when it disagrees with the
-    op's reference (its ``reference``, else its ``default``) on the same inputs."""
+    (``fake``) returns what the fake kernel does not promise; for one of several kernels of the
+    op (a provider: ``tolerances`` has its ``atol`` and ``rtol``), also when it disagrees with
+    the op's reference (its ``reference``, else its ``default``) on the same inputs. A body
+    (``fake=False``: the op's ``composite`` or ``autograd`` kernel, which also runs on traced
+    and batched Tensors) is checked where every Tensor it gets is a plain one."""
     where = record.where(hook)
     reference = None if tolerances is None else record.hooks.get("reference") or record.hooks.get("default")
 
     @functools.wraps(fn)
     def debug_kernel(*args: Any, **kwargs: Any) -> Any:
+        real = all(_real(t) for t in tensors_in((*args, *kwargs.values())))
+        if not (fake or real):
+            return fn(*args, **kwargs)
         before = watched(record, args, kwargs)
         copies = tree_map_only(torch.Tensor, lambda t: t.detach().clone(), (args, kwargs)) if reference is not None else None
         result = fn(*args, **kwargs)
+        # A result the op cannot return gets the output contract's error naming the kernel, as
+        # without debug mode (before the fake kernel is compared with what it never promised).
+        record.outputs.finish(where, args, kwargs, result)
         problem = undeclared_write(where, record, before)
-        if problem is None and all(_real(t) for t in tensors_in((*args, *kwargs.values()))):
+        if problem is None and fake and real:
             problem = fake_disagrees(record, where, args, kwargs, result)
             if problem is None and copies is not None and reference is not None and reference is not fn:
                 problem = _disagrees_with_reference(record, where, reference, copies, (args, kwargs), result, tolerances)

@@ -20,10 +20,11 @@ from torch import _C
 from opclass.core.compat import tagged_inplace, tagged_out
 from opclass.core.types import returns_of
 from opclass.define.hookspec import Hook, HookContext
+from opclass.errors import raised_by_torch, reraise
 from opclass.install.functions import AFTER_AUTOGRAD, Call, Formula, functions, top_level_differentiates
 from opclass.install.outputs import output_is_fresh
 from opclass.install.own_kernels import plain_keysets
-from opclass.install.record import Kernel, OpRecord
+from opclass.install.record import Kernel, OpRecord, lookup
 
 # What the dispatcher excludes below its Autograd kernels; the recompute must undo it.
 _AUTOGRAD_EXCLUSIONS = (
@@ -79,6 +80,16 @@ def _check(value: Any, ctx: HookContext) -> None:
         )
     if any(a.name in (_GRADS, _NEEDS) for a in ctx.arguments):
         ctx.fail(f"cannot be used with a parameter named {_GRADS} or {_NEEDS}", "rename the parameter")
+    ns, _, rest = ctx.qualname.partition("::")
+    name, _, overload = rest.partition(".")
+    backward = f"{ns}::{name}_eager_backward"
+    live = lookup(ctx.qualname)
+    if live is None or "eager_autograd" not in live.hooks:  # else the name is this op's own backward op
+        try:
+            torch._C._dispatch_find_schema_or_throw(backward, overload)
+        except RuntimeError:
+            return
+        ctx.fail(f"defines the op's backward op {backward}, and that name is taken by another op", f"give the op another name, or remove {backward}")
 
 
 def _install(record: OpRecord, value: bool) -> None:
@@ -188,7 +199,13 @@ def _fake_backward(record: OpRecord) -> Callable[..., Any]:
 
 
 def check_differentiable(where: str, out: Any) -> None:
-    """Raise if grad was needed but no floating output of the kernel requires it."""
+    """Raise if grad was needed but no floating output of the kernel requires it; given the
+    exception the kernel raised instead, raise it naming the op and the kernel (a torch error)."""
+    if isinstance(out, Exception):
+        if not raised_by_torch(out):
+            raise out
+        inplace = "in-place operation" in str(out) or "inplace operation" in str(out)
+        reraise(out, where, "eager_autograd differentiates through the kernel, which must not write to its inputs: write to a copy (x = x.clone() first)" if inplace else "")
     outs = out if isinstance(out, (tuple, list)) else (out,)
     floating = [o for o in outs if isinstance(o, torch.Tensor) and (o.is_floating_point() or o.is_complex())]
     if floating and not any(o.requires_grad for o in floating):
@@ -232,7 +249,12 @@ def eager_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
             found = _kernel_for(record, args, kwargs) if not modes() else None
             if found is not None:
                 where = found.where
-                out = found.user(*args, **kwargs)
+                try:
+                    out = found.user(*args, **kwargs)
+                except Exception as e:
+                    if not grad:
+                        raise
+                    check_differentiable(where, e)
                 if not (single and fresh(out)):
                     out = finish(where, args, kwargs, out)
                 if grad:

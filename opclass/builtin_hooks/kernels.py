@@ -49,13 +49,43 @@ def device_hook(device_type: str | None) -> Hook:
         name = device_type
 
     def install(record: OpRecord, fn: Callable[..., Any]) -> None:
-        install_kernel(record, name, device_type, debug.debug_kernel(record, name, fn) if debug.enabled() else fn)
+        install_kernel(record, name, device_type, debug.wrap(record, name, fn))
 
     serves = "every device" if device_type is None else f"{device_type} tensors"
     keys = (key, "CompositeImplicitAutograd") if device_type is None else (key,)
     occupies = ((keys, f"a kernel for {serves}", f"drop {name}: the op's own kernel stays in charge"),)
     doc = f"kernel for {serves}".replace("every device", "every device type")
-    return Hook(name, install, kernel=True, backend=True, device_type=device_type, doc=doc, occupies=lambda value: occupies, aliases=("forward",) if device_type is None else ())
+    fallback = _no_kernel if device_type is None else None
+    return Hook(name, install, kernel=True, backend=True, device_type=device_type, doc=doc, occupies=lambda value: occupies, aliases=("forward",) if device_type is None else (), fallback=fallback)
+
+
+def _no_kernel(record: OpRecord) -> None:
+    """``default``'s fallback: where no kernel serves a call on CPU (an op with a ``cuda`` kernel
+    only, or only an ``autograd`` body, under inference_mode), the dispatcher's error names no
+    hook and no fix; a stand-in at the CPU key raises the same ``NotImplementedError`` with them.
+    (Only there: the machine a first test runs on, often without a GPU. Other device keys stay
+    empty, so ``_dispatch_has_kernel_for_dispatch_key`` still says which devices the op serves.)"""
+    keys = {r.key for r in record.lib.registrations}
+    if record.existing or keys & {"CPU", "CompositeExplicitAutograd", "CompositeImplicitAutograd"}:
+        return
+    cls, body = record.cls_name, next((r.hook for r in record.lib.registrations if r.key == "Autograd" and r.hook), None)
+    if body is not None:
+        message = (
+            f"{record.qualname} ({cls}.{body}): the op's only kernel is at the Autograd key, which torch.inference_mode() skips: "
+            f"call the op outside inference_mode (under torch.no_grad() it runs), or give it a kernel of its own ({cls}.default or {cls}.cpu)"
+        )
+    else:
+        hooks = ", ".join(f"{cls}.{k.hook}" for k in record.kernels.values()) or "none"
+        message = f"{record.qualname} ({cls}) has no kernel for cpu tensors (it has {hooks}): define {cls}.cpu, or {cls}.default for every device type"
+    record.lib.impl(record.overload_name(), _stand_in(message), "CPU")
+
+
+def _stand_in(message: str) -> Callable[..., Any]:
+    def no_kernel(*args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(message)
+
+    no_kernel.opclass_stand_in = True  # type: ignore[attr-defined]  # the plan: not a kernel
+    return shield(no_kernel)
 
 
 def install_kernel(record: OpRecord, hook: str, device_type: str | None, fn: Callable[..., Any]) -> None:
@@ -157,16 +187,40 @@ def _check_body(fn: Any, ctx: HookContext) -> None:
             continue
         keys = {k for keys, _, _ in other.occupies(value) for k in keys}
         if other.backend or keys & shadowed or any(k.startswith("Autograd") for k in keys):
-            ctx.fail(
-                f"the op is its {ctx.hook} body, which runs before any other kernel could; {ctx.cls_name}.{hook} would never run",
-                f"drop {hook}, or drop {ctx.hook} and write the body as default",
-            )
+            if not other.backend:
+                fix = f"drop {hook}: the body serves those calls too"
+            elif ctx.hook == "composite":
+                fix = f"drop {hook} (the body serves every device type), or drop composite and keep {hook}, with setup_context and backward if it needs gradients"
+            else:
+                fix = f"keep autograd alone (it may call the {hook} code as a plain function), or drop autograd and keep {hook}, with setup_context and backward for its gradients"
+            ctx.fail(f"the op is its {ctx.hook} body, which runs before any other kernel could; {ctx.cls_name}.{hook} would never run", fix)
+
+
+def _torch_ops_only(where: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A composite body, whose NumPy call under grad gets the op, the hook and the fix (torch's
+    own hint, ``.detach().numpy()``, would drop the gradient without a word)."""
+
+    def composite_body(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except RuntimeError as e:
+            if "Can't call numpy() on Tensor that requires grad" not in str(e):
+                raise
+            raise RuntimeError(
+                f"{where} calls .numpy() on a Tensor that requires grad, but a composite body must be torch ops, "
+                "which autograd differentiates through (.detach() would drop the gradient): write the kernel as default (or cpu) "
+                "with setup_context and backward"
+            ) from e
+
+    return composite_body
 
 
 def _body_hook(name: str, key: str, doc: str, aliases: tuple[str, ...]) -> Hook:
     def install(record: OpRecord, fn: Callable[..., Any]) -> None:
         record.decomposes = True
-        record.lib.impl(record.overload_name(), shield(record.outputs.checked(record.where(name), fn)), key)
+        where = record.where(name)
+        body = _torch_ops_only(where, fn) if name == "composite" else fn
+        record.lib.impl(record.overload_name(), shield(record.outputs.checked(where, debug.wrap(record, name, body, fake=False))), key)
 
     occupies = (((key,), f"a kernel at {key}", f"drop {name}: the op's own kernels stay in charge"),)
     return Hook(name, install, check=_check_body, kernel=True, backend=True, occupies=lambda value: occupies, aliases=aliases, doc=doc)

@@ -157,7 +157,7 @@ def _install(record: OpRecord, members: Mapping[str, Any]) -> None:
     entries: list[Entry] = []
     for name, fn in members.items():
         options = options_of(fn) or Options(None)
-        kernel = debug.debug_kernel(record, name, fn, options) if debug.enabled() else fn
+        kernel = debug.wrap(record, name, fn, options)
         if traced:
             kernel = eager_kernel(kernel)  # wrap_triton launches go straight to Triton in eager
         where = record.where(name)

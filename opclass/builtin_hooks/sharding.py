@@ -216,12 +216,12 @@ def _register(record: OpRecord, fn: Callable[..., Any]) -> None:
     strategy = propagator.op_strategy_funcs[op]
     if _pinned(record) or record.is_inplace:
         strategy = propagator.op_strategy_funcs[op] = _keep_placements(record, strategy)
-    keyword_tensors = _keyword_tensors(record)
-    if keyword_tensors:
-        # DTensor's cache keys on positional specs only: without this, a call with a keyword
-        # Tensor placed differently would reuse the earlier call's decision.
-        info = propagator.op_to_schema_info[op]
-        propagator.op_to_schema_info[op] = RuntimeSchemaInfo(info.static_argnum, [*(info.static_kwargkey or ()), *keyword_tensors], info.needs_pytree)
+    # DTensor's cache key takes positional Tensors' specs, and other arguments only from the
+    # first int on (register_sharding's guess): a decision that depends on a bool, or on a float
+    # before the first int, would be reused for another value. Key every argument instead.
+    table, info = record.arguments, propagator.op_to_schema_info[op]
+    first_plain = next((a.index for a in table.positional if not a.holds_tensor), len(table.positional))
+    propagator.op_to_schema_info[op] = RuntimeSchemaInfo(first_plain, [a.name for a in table.keyword_only] or None, info.needs_pytree)
     _REGISTERED[record] = (op, strategy)
 
 

@@ -28,6 +28,7 @@ from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTens
 
 from opclass.core.shield import eager_kernel
 from opclass.define.hookspec import Hook, HookContext
+from opclass.errors import raised_by_torch, reraise
 from opclass.builtin_hooks import choice
 from opclass.builtin_hooks.kernels import install_kernel
 from opclass.install.fake import register_fake
@@ -116,9 +117,16 @@ def _decomposition_rule(record: OpRecord, traced: dict[str, Callable[..., Any]])
             fn = table.traced(device if device in table.slots else None, args, kwargs)
         if fn is None:
             return mode.__torch_dispatch__(func, types, args, kwargs)
-        with mode:
-            return fn(*args, **kwargs)
+        try:
+            with mode:
+                return fn(*args, **kwargs)
+        except Exception as e:
+            if not raised_by_torch(e):
+                raise
+            reraise(e, where, fix)
 
+    where = f"{record.where(_HOOK)}, tracing the kernel into torch ops"
+    fix = f"a traceable kernel is torch ops and Triton launches only (not NumPy, not C++): drop {_HOOK} (the op stays one node), or write the kernel in torch ops"
     return functional_decomposition
 
 

@@ -149,6 +149,9 @@ def retire(record: OpRecord) -> None:
 def _redirect(qualname: str) -> Callable[..., Any]:
     def replaced_op(*args: Any, **kwargs: Any) -> Any:
         record = lookup(qualname)
+        if record is None or not record.live:
+            with LOCK:  # another thread's definition of the name ends first
+                record = lookup(qualname)
         if record is None or record.op is None:
             raise RuntimeError(f"{qualname} was removed; define its class again to use it")
         cls = record.owner()

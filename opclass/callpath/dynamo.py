@@ -20,11 +20,12 @@ Registration waits until ``torch._dynamo`` is imported (:mod:`opclass.core.after
 from __future__ import annotations
 
 import threading
+import warnings
 from typing import Any, Callable
 
 from opclass.core import after_import
 
-__all__ = ["watch"]
+__all__ = ["watch", "warn_specialized"]
 
 _DYNAMO = "torch._dynamo"
 _LOCK = threading.RLock()
@@ -96,6 +97,7 @@ def _dispatch_tables() -> list[dict[object, Callable[..., Any]]] | None:
             op = self.value.__dict__.get("_opclass_op")
             if op is None or self.source is None:
                 return super().call_function(tx, args, kwargs)
+            _warn_if_specialized(self.value.__dict__.get("_opclass_record"), args, kwargs)
             op_var = VariableBuilder(tx, AttrSource(self.source, "_opclass_op"))(op)
             return op_var.call_function(tx, args, kwargs)
 
@@ -116,3 +118,32 @@ def _wrap_op_class(builder: Any, value: type) -> Any:
     if type(variable) is _UserDefinedClassVariable:
         variable.__class__ = _OpClassVariable
     return variable
+
+
+_WARNED: set[tuple[str, str]] = set()
+
+
+def warn_specialized(record: Any, name: str) -> None:
+    """Once per op and parameter: a symbolic size reached the plain ``int`` (``opclass.Int``)
+    parameter ``name``, which torch specializes to its value."""
+    if (record.qualname, name) in _WARNED:
+        return
+    _WARNED.add((record.qualname, name))
+    warnings.warn(
+        f"{record.qualname} ({record.cls_name}): {name!r} is opclass.Int (a plain int) and gets a symbolic size, which torch "
+        f"specializes to one value: torch.compile recompiles for every new value, and torch.export refuses a dynamic Dim (its "
+        f"suggested fix, a static Dim, is not the one to take). Annotate {name} as int (SymInt) to keep the size symbolic, "
+        "or pass a constant",
+        UserWarning,
+        stacklevel=3,
+    )
+
+
+def _warn_if_specialized(record: Any, args: Any, kwargs: Any) -> None:
+    """:func:`warn_specialized` for a call dynamo traces (its arguments are VariableTrackers)."""
+    from torch._dynamo.variables.tensor import SymNodeVariable
+
+    for a in record.arguments if record is not None else ():
+        value = kwargs.get(a.name) if a.keyword_only or a.index >= len(args) else args[a.index]
+        if a.plain_int and isinstance(value, SymNodeVariable):
+            warn_specialized(record, a.name)

@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import torch
@@ -32,6 +33,7 @@ import torch.autograd.forward_ad as _forward_ad
 from torch import _C
 
 from opclass.callpath import pyguard
+from opclass.callpath.dynamo import warn_specialized
 from opclass.core import native
 from opclass.core.types import BUMP, CHECK_NAMES, DEVICE_CODES, FAST_DEVICES, GRAD, guard_text
 from opclass.define.arguments import Argument
@@ -116,7 +118,7 @@ class _Head:
     """
 
     def __init__(self, record: OpRecord, closure: dict[str, Any], as_new: bool) -> None:
-        self.closure, self.as_new, self.table = closure, as_new, record.arguments
+        self.closure, self.as_new, self.table, self.record = closure, as_new, record.arguments, record
         for a in self.table:
             if a.has_default:
                 closure[f"_default_{a.name}"] = a.default
@@ -147,6 +149,11 @@ class _Head:
         lines = []
         if self.as_new and required:
             lines = [f"    if {' or '.join(f'{n} is _M' for n in required)}:", f"        return _call_passed(_op, _names, {self.table.args_text()}, {self.table.kwargs_text()})"]
+        # A symbolic size (tracing) for a plain int: torch specializes it; say so once.
+        for a in self.table:
+            if a.plain_int:
+                self.closure.update({"_SymInt": torch.SymInt, "_specialized": functools.partial(warn_specialized, self.record)})
+                lines.append(f"    if type({a.name}) is _SymInt:\n        _specialized({a.name!r})")
         return lines + [f"    return _op({self.table.call()})"]
 
 
@@ -304,6 +311,9 @@ class _Body:
         record, table = self.record, self.table
         finish = f"_out = _finish({where}, {table.args_text()}, {table.kwargs_text()}, _out)"
         lines = [f"{ind}_out = {fn}({table.call()})"]
+        if differentiable:  # a torch error of the kernel run with autograd on names the op and the kernel
+            self.closure["_check_differentiable"] = record.differentiates_kernel
+            lines = [f"{ind}try:", f"    {lines[0]}", f"{ind}except Exception as _e:", f"{ind}    _check_differentiable({where}, _e)"]
         if record.outputs.single:
             # Fresh: a plain Tensor only this frame holds, whose storage nothing else uses.
             if inline_fresh:  # the test raises for an output without storage: not fresh
@@ -314,7 +324,6 @@ class _Body:
         else:
             lines.append(f"{ind}{finish}")
         if differentiable:
-            self.closure["_check_differentiable"] = record.differentiates_kernel
             lines.append(f"{ind}_check_differentiable({where}, _out)")
         return lines + [f"{ind}return _out"]
 

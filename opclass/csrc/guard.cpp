@@ -372,7 +372,10 @@ PyObject* op_vectorcall(PyObject* cls, PyObject* const* args, size_t nargsf, PyO
       (kwnames == nullptr || PyTuple_GET_SIZE(kwnames) == 0)) {
     PyObject* spec = PyTuple_GET_ITEM(fast, 0);
     if (PyBytes_GET_SIZE(spec) == nargs) {
+      // Held: the kernel may run another thread that redefines the op and drops the class's entry.
+      Py_INCREF(fast);
       PyObject* result = fast_call(fast, PyBytes_AS_STRING(spec), args, nargs);
+      Py_DECREF(fast);
       if (result != Py_NotImplemented) {
         return result;
       }

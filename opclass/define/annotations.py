@@ -49,6 +49,10 @@ class SchemaType:
         if self.text not in _MARKED:
             raise ValueError(f"SchemaType({self.text!r}): supported are {', '.join(repr(t) for t in _MARKED)}")
 
+    def __repr__(self) -> str:
+        # As written in code; errors.format_annotation shows Annotated[int, SchemaType('int')] as opclass.Int.
+        return f"SchemaType({self.text!r})"
+
 
 # What a SchemaType may say, and the Python type it must annotate.
 _MARKED: dict[str, Any] = {"int": int, "SymInt": int}
@@ -209,11 +213,17 @@ def _base(ann: Any) -> str | None:
     return None
 
 
+def _marked_text(text: str) -> str:
+    return "opclass.Int" if text == "int" else f"Annotated[{_MARKED[text].__name__}, opclass.SchemaType({text!r})]"
+
+
 def param_type(ann: Any) -> str:
     """The schema type for a parameter annotation, e.g. ``Optional[list[int]]`` -> ``SymInt[]?``."""
     base = _base(ann)
     if base is not None:
         return base
+    if isinstance(ann, SchemaType):
+        raise SchemaProblem(None, f"{ann!r} is not an annotation by itself", f"it marks a type inside Annotated: write {_marked_text(ann.text)}")
     if dataclasses.is_dataclass(ann) and isinstance(ann, type):
         return config_type(ann)
     inner = _optional_inner(ann)
@@ -323,7 +333,7 @@ def _unsupported(ann: Any) -> str:
         fix = "supported are list[T] / tuple[T, ...] of Tensor, int, opclass.Int, float, bool, Number, str, torch.device, and list[Optional[Tensor]]"
     else:
         fix = (
-            "supported are Tensor, int, float, bool, str, Number, torch.dtype, torch.device, torch.layout, "
+            "supported are Tensor, int, opclass.Int, float, bool, str, Number, torch.dtype, torch.device, torch.layout, "
             "torch.memory_format, their Optional forms and lists; or pass schema="
         )
     raise SchemaProblem(None, f"unsupported annotation {text}", fix)

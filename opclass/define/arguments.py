@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
@@ -48,6 +49,9 @@ class Argument:
     written: bool
     #: The config dataclass annotating it (an opaque value type), if any.
     config: type | None = None
+    #: Its schema type is ``int`` (``opclass.Int``), which torch specializes, not ``SymInt``
+    #: (the two read alike as ``real_type``).
+    plain_int: bool = False
     has_default: bool = dataclasses.field(init=False)
     #: Its row for the call path (check, Tensor kind, guard letters).
     kind: ArgType = dataclasses.field(init=False)
@@ -80,6 +84,7 @@ class Arguments(tuple):  # type: ignore[type-arg]
     @classmethod
     def of(cls, schema: torch._C.FunctionSchema, configs: Mapping[str, type] | None = None) -> Arguments:
         """The table of ``schema``'s arguments; ``configs``: parameter name -> config class."""
+        plain_ints = set(re.findall(r"(?<![\w\[])int\?? (\w+)", str(schema).partition(") ->")[0]))
         return cls(
             [
                 Argument(
@@ -88,6 +93,7 @@ class Arguments(tuple):  # type: ignore[type-arg]
                     a.default_value if a.has_default_value() else EMPTY,
                     a.alias_info is not None and a.alias_info.is_write,
                     (configs or {}).get(a.name),
+                    a.name in plain_ints,
                 )
                 for i, a in enumerate(schema.arguments)
             ]

@@ -54,10 +54,12 @@ class OpBuilder:
     """Turns one class statement into an :class:`OpSpec`: :meth:`collect`, then :meth:`validate`.
     One small method per check; the state they share is declared here."""
 
-    __slots__ = ("cls", "cls_name", "given", "unknown", "hooks", "defined", "inherited_schema", "keywords", "schema_text", "schema", "partial", "_configs")
+    __slots__ = ("cls", "outside", "cls_name", "given", "unknown", "hooks", "defined", "inherited_schema", "keywords", "schema_text", "schema", "partial", "_configs")
 
-    def __init__(self, cls: type, keywords: Mapping[str, Any], unknown: Mapping[str, Any] = {}) -> None:
+    def __init__(self, cls: type, keywords: Mapping[str, Any], unknown: Mapping[str, Any] = {}, outside: Callable[[str], bool] = lambda qualname: False) -> None:
         self.cls = cls
+        #: Is a name an op defined outside opclass? (The install layer knows which ops are opclass's.)
+        self.outside = outside
         # Local classes read as ``Bad``, not ``test_x.<locals>.Bad``.
         self.cls_name = cls.__qualname__.rpartition("<locals>.")[2]
         self.given = dict(keywords)
@@ -407,6 +409,12 @@ class OpBuilder:
         kw = self.validate_keywords()
         self.validate_pairs()
         if not self.is_concrete() and not kw.existing:
+            named = self.given.get("name")
+            if isinstance(named, str) and "::" in named and self.defined and self.outside(named):
+                hooks = ", ".join(f"{self.cls_name}.{h}" for h in self.defined)
+                first = next(iter(self.defined))
+                problem = f"{named} is an op defined outside opclass, and the class defines no kernel (cpu, cuda or default) to be an op of its own"
+                self.fail(first, problem, f"write existing=True in the class statement to add {hooks} to that op", self.defined[first])
             return None
         ns, name, overload = self.resolve_name(kw)
         qualname = f"{ns}::{name}" + (f".{overload}" if overload else "")

@@ -70,8 +70,21 @@ def conflicts(qualname: str, defined: Mapping[str, Any], hooks: Mapping[str, Hoo
         for keys, what, fix in occupies(value) if occupies is not None else ():
             where = next((w for w in (_kernel_at(qualname, k, own) for k in keys) if w), None)
             if where is not None:
+                if qualname in _custom_op_defs() and any(k.startswith("Autograd") for k in keys):
+                    # custom_op's Autograd kernel is a stand-in that reads the formula given to
+                    # register_autograd: dropping the formula leaves the op without one.
+                    fix = (
+                        f"{qualname} was made with torch.library.custom_op, whose autograd kernel takes its formula only from "
+                        f"torch.library.register_autograd('{qualname}', backward, setup_context=...): give it there, "
+                        "and leave the formula out of this class"
+                    )
                 found.append((name, f"{qualname} already has {what} ({where})", fix))
     return found
+
+
+def _custom_op_defs() -> Mapping[str, Any]:
+    """The ops torch.library.custom_op made, by qualified name."""
+    return getattr(torch._library.custom_ops, "OPDEFS", {})
 
 
 def fake_keys() -> tuple[str, ...]:

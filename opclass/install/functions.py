@@ -21,6 +21,7 @@ from torch import _C
 
 from opclass.core import native
 from opclass.core.shield import shield
+from opclass.errors import raised_by_torch, reraise
 from opclass.core.types import holds_tensor, returns_of
 from opclass.install.outputs import output_is_fresh
 
@@ -58,8 +59,9 @@ class Formula:
     jvp: Callable[..., Any] | None = None
     missing: str = ""
     missing_jvp: str = ""
-    #: How errors name the hook whose ``backward`` returned a wrong result.
+    #: How errors name the hook whose ``backward`` returned a wrong result, and ``setup_context``.
     where: str = ""
+    setup_where: str = ""
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -123,6 +125,23 @@ def _formulas(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Functi
     entry: Callable[..., Any] = record.functorch_entry or record.op  # type: ignore[assignment]
 
     where = formula.where or f"{qualname} ({cls_name})"
+
+    setup_where = formula.setup_where or where
+
+    def setup_failed(e: Exception) -> None:
+        """A torch error raised in setup_context names the op and the hook."""
+        if not raised_by_torch(e):
+            raise e
+        reraise(e, setup_where)
+
+    def check_saved(saved: tuple[Any, ...]) -> None:
+        # torch checks what save_for_backward got only after setup_context returns, naming neither.
+        for i, t in enumerate(saved):
+            if t is not None and not isinstance(t, torch.Tensor):
+                raise TypeError(
+                    f"{setup_where}: save_for_backward can only save variables, but argument {i} is of type {torch.typename(t)}; "
+                    "save Tensors (or None) only, and keep any other value on ctx (ctx.shape = x.shape)"
+                )
     n_kw = len(kw_only)
     # What a gradient may be for: schema types with no Tensor in them take None only.
     not_tensors = [(i, a.name, a.jit) for i, a in enumerate((*positional, *kw_only)) if not a.holds_tensor]
@@ -131,6 +150,8 @@ def _formulas(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Functi
     lists = has_tensor_lists(record)
     list_positions = tuple(a.index for a in positional if a.jit.startswith("List[")) if lists else ()
     tensor_lists = {i for i in list_positions if positional[i].holds_tensor}
+    # The same for keyword-only lists: name -> whether it holds Tensors.
+    kw_lists = {a.name: a.holds_tensor for a in kw_only if a.jit.startswith("List[")} if lists else {}
 
     def passed(args: tuple[Any, ...]) -> int:
         """The positional arguments a call passed, as the dispatcher counts them: trailing ones
@@ -199,13 +220,23 @@ def _formulas(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Functi
         call: Call = flat[-1]
         if remembers:
             remember(ctx, flat[: call.n_args])
+        if kw_lists:
+            ctx._opclass_kw_lists = {
+                n: len(v) for n, v in zip(call.kw_names, flat[call.n_args : -1]) if n in kw_lists and type(v) in (list, tuple) and (kw_lists[n] or not v)
+            }
         if user_setup is not None:
             args = flat[: call.n_args]
             inputs = tuple(args) + tuple(pos_defaults[len(args) :])
-            if setup_kw:
-                user_setup(ctx, inputs, {**kw_defaults, **dict(zip(call.kw_names, flat[call.n_args : -1]))}, out)
-            else:
-                user_setup(ctx, inputs, out)
+            try:
+                if setup_kw:
+                    user_setup(ctx, inputs, {**kw_defaults, **dict(zip(call.kw_names, flat[call.n_args : -1]))}, out)
+                else:
+                    user_setup(ctx, inputs, out)
+            except Exception as e:
+                setup_failed(e)
+            saved = getattr(ctx, "to_save", None)
+            if saved:
+                check_saved(saved)
         ctx._opclass_call = call
 
     def jvp(ctx: Any, *tangents: Any) -> Any:
@@ -233,9 +264,11 @@ def _formulas(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Functi
                     f"{i + 1}, but the corresponding forward input was not a Variable"
                 )
         grads_in = list(result[: call.n_args])
+        kw_lengths = getattr(ctx, "_opclass_kw_lists", {})
         for name in call.kw_names:
             i = kw_index[name]
-            grads_in.append(result[i] if i < len(result) else None)
+            grad = result[i] if i < len(result) else None
+            grads_in.append([None] * kw_lengths[name] if grad is None and name in kw_lengths else grad)
         return (*grads_in, None)
 
     def fast_function(k: Kernel) -> type[torch.autograd.Function]:
@@ -255,10 +288,16 @@ def _formulas(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Functi
             if remembers:
                 remember(ctx, args)
             if user_setup is not None:
-                if setup_kw:
-                    user_setup(ctx, args, {}, out)
-                else:
-                    user_setup(ctx, args, out)
+                try:
+                    if setup_kw:
+                        user_setup(ctx, args, {}, out)
+                    else:
+                        user_setup(ctx, args, out)
+                except Exception as e:
+                    setup_failed(e)
+                saved = getattr(ctx, "to_save", None)
+                if saved:
+                    check_saved(saved)
             return out
 
         def fast_backward(ctx: Any, *grads: Any) -> Any:

@@ -8,6 +8,7 @@ restore; this layer returns what it made and calls nothing above it.
 from __future__ import annotations
 
 import functools
+from typing import overload
 
 import torch
 
@@ -17,19 +18,32 @@ from opclass.install import existing
 from opclass.install.library import open_library
 from opclass.install.own_kernels import register_own_kernels
 from opclass.install.plan import build_plan
-from opclass.install.record import OpRecord, destroy, lookup
+from opclass.install.record import OpRecord, destroy, lookup, undo_hooks
 
-__all__ = ["install", "check_name"]
+__all__ = ["install", "in_place", "check_name", "defined_outside"]
 
 
-def install(spec: OpSpec) -> OpRecord:
+@overload
+def install(spec: OpSpec) -> OpRecord: ...
+@overload
+def install(spec: OpSpec, replacing: OpRecord | None) -> OpRecord | None: ...
+def install(spec: OpSpec, replacing: OpRecord | None = None) -> OpRecord | None:
     """A fresh install of ``spec``: open the op's fragment, run each hook's installer (in the
     order of ``spec.registry``), then the fallbacks of the hooks the class does not define, plan
-    the call, register opclass's own kernels. On failure every registration made is dropped again."""
+    the call, register opclass's own kernels. On failure every registration made is dropped again.
+
+    With ``replacing`` (the live install of the name; see :func:`in_place`), in place: the install
+    goes into a shadow fragment, and if it registers exactly what ``replacing`` registered, the
+    live registrations call the new functions from then on (torch's dispatcher is not written,
+    so calls on other threads go on) and ``replacing`` keeps no fragment; ``None`` if it would
+    register anything else (``replacing``'s hooks are uninstalled then, nothing else changed).
+    """
     record = OpRecord(spec)
     # Asked before this install registers anything: does the op run under FakeTensor already?
     record.had_fake = spec.existing and existing.has_fake(spec.qualname)
-    open_library(record)
+    if replacing is not None:
+        undo_hooks(replacing)  # before the new ones install theirs, which may have the same keys
+    open_library(record, replacing.lib if replacing is not None else None)
     lib = record.lib
     try:
         for hook in spec.registry:
@@ -45,12 +59,25 @@ def install(spec: OpSpec) -> OpRecord:
                 lib.installing = hook.name
                 hook.fallback(record)
         lib.installing = None
-        record.plan = build_plan(record, lib.registrations)
+        record.plan = build_plan(record, lib.registrations, {r.key for r in replacing.lib.registrations} if replacing is not None else ())
         register_own_kernels(record)
     except BaseException:
         destroy(record)
         raise
+    if replacing is not None:
+        taken = lib.take_over()
+        if taken is None:
+            destroy(record)
+            return None
+        lib._destroy()  # the shadow registered nothing with torch
+        record.lib, replacing.lib = taken, None
     return record
+
+
+def in_place(spec: OpSpec, live: OpRecord | None) -> bool:
+    """Can ``spec`` be installed over ``live`` in place (``install(spec, replacing=live)``)? Not
+    for an op defined elsewhere (``existing=True``), nor where the config classes differ."""
+    return live is not None and live.lib is not None and not spec.existing and not live.existing and spec.configs == live.configs
 
 
 def _fail(spec: OpSpec, problem: str, fix: str, hook: str | None = None) -> None:
@@ -74,11 +101,17 @@ def check_name(spec: OpSpec) -> None:
         for hook, problem, fix in existing.conflicts(qualname, spec.hooks, registry, live):
             _fail(spec, problem, fix, hook)
         return
-    if live is not None:
-        return
+    if defined_outside(qualname):
+        _fail(spec, f"{qualname} is already defined outside opclass", "pick another name, or remove the other definition first")
+
+
+def defined_outside(qualname: str) -> bool:
+    """``qualname`` (``"ns::op"`` or ``"ns::op.overload"``) is an op the dispatcher has and opclass did not define."""
+    if lookup(qualname) is not None:
+        return False
     ns_name, _, overload = qualname.partition(".")
     try:
         torch._C._dispatch_find_schema_or_throw(ns_name, overload)
     except RuntimeError:
-        return
-    _fail(spec, f"{qualname} is already defined outside opclass", "pick another name, or remove the other definition first")
+        return False
+    return True

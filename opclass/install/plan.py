@@ -10,7 +10,7 @@ the plan does not understand turns the fast path off: correct first, fast second
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping
 
 import torch
 
@@ -75,8 +75,10 @@ class CallPlan:
         return text + "".join(f"; {note}" for note in self.notes)
 
 
-def build_plan(record: OpRecord, registrations: list[Registration]) -> CallPlan:
-    """The plan for ``record``, from the hooks' registrations (opclass's core ones are understood)."""
+def build_plan(record: OpRecord, registrations: list[Registration], replaced: Collection[str] = ()) -> CallPlan:
+    """The plan for ``record``, from the hooks' registrations (opclass's core ones are understood);
+    ``replaced``: the keys where the install that this one replaces in place has kernels (still
+    in the dispatcher while this one plans; not another Library's)."""
     spec = record.spec
     last: dict[str, Registration] = {}
     for r in registrations:
@@ -84,7 +86,7 @@ def build_plan(record: OpRecord, registrations: list[Registration]) -> CallPlan:
             last[r.key] = r
     for key, enum in _REACHABLE_KEYS.items():
         # A kernel some other Library put there (torch.library.register_autocast without lib=...).
-        if key not in last and torch._C._dispatch_has_kernel_for_dispatch_key(spec.qualname, enum):
+        if key not in last and key not in replaced and torch._C._dispatch_has_kernel_for_dispatch_key(spec.qualname, enum):
             last[key] = Registration(spec.overload_name(), key, _outside, "")
     autocast = tuple(_AUTOCAST[k] for k in last if k in _AUTOCAST)
     foreign = [r for k, r in last.items() if k in _REACHABLE and k not in _AUTOCAST and k not in (*FAST_DEVICES.values(), _DEFAULT) and r.hook is not None]
@@ -93,7 +95,7 @@ def build_plan(record: OpRecord, registrations: list[Registration]) -> CallPlan:
     for device, key in FAST_DEVICES.items():
         reached = last.get(key) or last.get(_DEFAULT)
         kernel = record.kernel_for(device)
-        if reached is None:
+        if reached is None or getattr(reached.fn, "opclass_stand_in", False):  # it only raises that nothing serves the call
             continue
         if kernel is not None and reached.fn is kernel.checked:
             kernels[device] = kernel

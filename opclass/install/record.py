@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from opclass.install.functions import Formula, Functions
     from opclass.install.plan import CallPlan
 
-__all__ = ["Kernel", "OpRecord", "LOCK", "lookup", "live_records", "set_live", "take_live", "destroy"]
+__all__ = ["Kernel", "OpRecord", "LOCK", "lookup", "live_records", "set_live", "take_live", "destroy", "undo_hooks"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,8 +179,7 @@ def destroy(record: OpRecord) -> None:
     record.live = False
     if not record.existing:  # an extended op's entry, if any, is not ours
         _side_effectful_functions.discard(record.op)
-    while record.cleanups:
-        record.cleanups.pop()()
+    undo_hooks(record)
     if record.lib is not None:
         configs = record.lib.configs
         record.lib._destroy()
@@ -194,3 +193,9 @@ def destroy(record: OpRecord) -> None:
             if cls not in used:
                 unregister_config(cls)
     record.op = None
+
+
+def undo_hooks(record: OpRecord) -> None:
+    """Run the hooks' ``uninstall`` calls (newest first), once."""
+    while record.cleanups:
+        record.cleanups.pop()()
