@@ -215,12 +215,13 @@ def _torch_ops_only(where: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return composite_body
 
 
-def _body_hook(name: str, key: str, doc: str, aliases: tuple[str, ...]) -> Hook:
+def _body_hook(name: str, key: str, doc: str, aliases: tuple[str, ...], body: Callable[[str, Any], Any] = lambda where, fn: fn) -> Hook:
+    """A hook whose function is the op's only kernel, at ``key``; ``body(where, fn)``: the function registered."""
+
     def install(record: OpRecord, fn: Callable[..., Any]) -> None:
         record.decomposes = True
         where = record.where(name)
-        body = _torch_ops_only(where, fn) if name == "composite" else fn
-        record.lib.impl(record.overload_name(), shield(record.outputs.checked(where, debug.wrap(record, name, body, fake=False))), key)
+        record.lib.impl(record.overload_name(), shield(record.outputs.checked(where, debug.wrap(record, name, body(where, fn), fake=False))), key)
 
     occupies = (((key,), f"a kernel at {key}", f"drop {name}: the op's own kernels stay in charge"),)
     return Hook(name, install, check=_check_body, kernel=True, backend=True, occupies=lambda value: occupies, aliases=aliases, doc=doc)
@@ -246,7 +247,7 @@ def composite_hook() -> Hook:
         >>> opclass.remove(DocsSquare)
     """
     doc = "the op as torch ops (CompositeImplicitAutograd): autograd, modes and decompositions see through it"
-    return _body_hook("composite", "CompositeImplicitAutograd", doc, ("decomposition", "implicit", "body"))
+    return _body_hook("composite", "CompositeImplicitAutograd", doc, ("decomposition", "implicit", "body"), _torch_ops_only)
 
 
 def autograd_hook() -> Hook:
