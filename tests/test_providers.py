@@ -127,6 +127,32 @@ def test_a_block_is_this_threads_only(ns: str) -> None:
     assert seen == [{0.0}]
 
 
+def test_each_block_gets_its_own_choice_when_blocks_come_and_go(ns: str) -> None:
+    """A block's choice was cached by the id of its State: a later block whose State got the freed
+    one's address ran the earlier block's provider (89 of 200 alternating blocks here)."""
+    ran: list[str] = []
+
+    class Twice(CustomOp, name=f"{ns}::twice"):
+        @staticmethod
+        def default(x: Tensor) -> Tensor:
+            ran.append("default")
+            return x * 2
+
+        @opclass.provider("cpu")
+        @staticmethod
+        def other(x: Tensor) -> Tensor:
+            ran.append("other")
+            return x + x
+
+    x = torch.ones(2)
+    for i in range(200):
+        name = ("default", "other")[i % 2]
+        for fn in (Twice, Twice.op):
+            with opclass.use_providers({Twice: [name]}):
+                fn(x)
+            assert ran[-1] == name, (i, fn, ran[-1])
+
+
 def test_no_provider_names_the_op_the_call_and_each_reason(ns: str) -> None:
     op = make(ns)
     with opclass.use_providers({op: ["plus1"]}):

@@ -158,7 +158,9 @@ class Table:
         self.record, self.entries, self.slots, self.hook = record, entries, slots, hook
         self.names = [e.name for e in entries]
         self.static: dict[str | None, list[Entry]] = {}
-        self._local: dict[tuple[int, str | None], list[Entry]] = {}
+        # (id of a block's State, slot) -> (that State, its candidates): the State is held, so that
+        # its id is not reused by a later block's while the entry is here.
+        self._local: dict[tuple[int, str | None], tuple[State, list[Entry]]] = {}
 
     def check_order(self, state: State, source: str) -> None:
         order = state.orders.get(self.record.qualname)
@@ -192,13 +194,14 @@ class Table:
         stack = local_overrides() if GATE[0] else None
         if not stack:
             return self.static[slot]
-        key = (id(stack[-1]), slot)
+        block = stack[-1]
+        key = (id(block), slot)
         found = self._local.get(key)
-        if found is None or len(self._local) > 64:
+        if found is None or found[0] is not block:
             if len(self._local) > 64:
                 self._local.clear()
-            found = self._local[key] = self.candidates(slot, current_state())
-        return found
+            found = self._local[key] = (block, self.candidates(slot, current_state()))
+        return found[1]
 
     def declined(self, slot: str | None, state: State, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tuple[Entry, str | None]]:
         """Each entry with why it does not run for this call (``None``: it runs), in order."""
