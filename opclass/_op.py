@@ -167,7 +167,8 @@ class CustomOp(metaclass=OpMeta):
     inherited ``namespace``; default: the class name in snake_case), ``namespace`` (inherited by
     subclasses), ``mutates_args`` (names of the Tensor arguments the op writes to, any iterable;
     ``"unknown"``, as in torch, marks every Tensor argument written), ``schema`` (an
-    explicit schema string), ``tags`` (``torch.Tag`` or a sequence of them) and ``existing``
+    explicit schema string), ``tags`` (``torch.Tag`` or a sequence of them), ``pt2_compliant``
+    (``False``: the op gets exactly ``tags``, without ``torch.Tag.pt2_compliant_tag``) and ``existing``
     (``True``: attach the class's hooks to an op defined elsewhere, e.g. in C++; see the guide
     page "Extending existing ops").
 
@@ -222,13 +223,14 @@ class CustomOp(metaclass=OpMeta):
         mutates_args: Iterable[str] | None = None,
         schema: str | None = None,
         tags: torch.Tag | Iterable[torch.Tag] | None = None,
+        pt2_compliant: bool | None = None,
         existing: bool | None = None,
         **unknown: Never,
     ) -> None:
         # Unknown keywords are definition errors (with a did-you-mean), not forwarded: a mixin
         # that takes class keywords goes before CustomOp in the bases and consumes its own.
         # Typed Never so that type checkers flag them too.
-        given = {"name": name, "namespace": namespace, "mutates_args": mutates_args, "schema": schema, "tags": tags, "existing": existing}
+        given = {"name": name, "namespace": namespace, "mutates_args": mutates_args, "schema": schema, "tags": tags, "pt2_compliant": pt2_compliant, "existing": existing}
         lifecycle.define(cls, given, unknown)
 
 

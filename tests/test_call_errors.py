@@ -128,7 +128,7 @@ class Inputs:
         return t.requires_grad_() if grad and self.requires_grad else t
 
     def out(self, *shape: int, device: str = "cpu") -> Tensor:
-        """A Tensor the mutating op writes to: never requires grad (writing to such a leaf is its own error)."""
+        """A Tensor the mutating op writes to: never requires grad (such writes have rules of their own, tested in test_call_plan)."""
         return self.T(*shape, device=device, grad=False)
 
 

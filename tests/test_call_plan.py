@@ -227,23 +227,56 @@ def _scale_(ns: str) -> Any:
     return Scale_
 
 
-@pytest.mark.parametrize("leaf", [False, True], ids=["non_leaf", "leaf"])
-def test_mutating_a_tensor_that_requires_grad_raises_naming_the_op(ns: str, leaf: bool) -> None:
+def test_changing_a_tensor_with_autograd_history_raises_naming_the_op(ns: str) -> None:
+    """Its gradients would silently stay those of its value before the write: the call raises and
+    puts the values back."""
     op = _scale_(ns)
 
     def make() -> tuple[tuple[Any, ...], dict[str, Any]]:
         a = torch.ones(3, requires_grad=True)
-        return ((a if leaf else a * 2),), {}
+        return ((a * 2),), {}
 
     seen = assert_paths_agree(op, make)
     kind, message = seen["Scale_.op(...)"]["exception"]
     assert kind == "RuntimeError"
-    assert f"{ns}::scale_ (Scale_): the op writes to 'b', which requires grad" in message
+    assert f"{ns}::scale_ (Scale_): the op writes to 'b', which requires grad and has autograd history, and the kernel changed its values, which are put back" in message
     assert "b.detach()" in message and "Scale_.setup_context and Scale_.backward" in message
-    # Nothing was written: values and version counters are as before the call.
+    # The values are as before the call; the version counter says they were written (a backward
+    # that saved b raises, as it should: autograd cannot tell that the values came back).
     after = seen["Scale_(...)"]["inputs_after"][0]
-    assert after["values"].tolist() == ([1.0] * 3 if leaf else [2.0] * 3)
-    assert after["version"] == 0
+    assert after["values"].tolist() == [2.0] * 3
+    assert after["version"] > 0
+
+
+def test_a_kernel_that_leaves_a_tensor_with_history_unchanged_runs(ns: str) -> None:
+    """Declared written but left as it was (a logger): no gradient can go wrong, so it runs."""
+
+    class Peek(CustomOp, name=f"{ns}::peek", mutates_args=("b",)):
+        @staticmethod
+        def cpu(b: Tensor) -> Tensor:
+            return b.sum().detach()
+
+    seen = assert_paths_agree(Peek, lambda: ((torch.ones(3, requires_grad=True) * 2,), {}))
+    assert seen["Peek(...)"].get("exception") is None and seen["Peek(...)"]["output"] is not None
+
+
+def test_writing_a_leaf_that_requires_grad_runs_as_under_no_grad(ns: str) -> None:
+    """A leaf (an nn.Parameter) has no history to keep: the write runs, as custom_op's does, and
+    the version counter makes a backward that saved the old value raise."""
+    op = _scale_(ns)
+    seen = assert_paths_agree(op, lambda: ((torch.ones(3, requires_grad=True),), {}))
+    after = seen["Scale_(...)"]["inputs_after"][0]
+    assert seen["Scale_(...)"].get("exception") is None
+    assert after["values"].tolist() == [2.0] * 3 and after["version"] > 0
+    w = torch.nn.Parameter(torch.ones(3))
+    y = w * w  # saves w
+    op(w)
+    assert w.tolist() == [2.0] * 3 and w.grad_fn is None
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+    z = w * 3  # a later use: the gradient is the leaf's own
+    z.sum().backward()
+    assert w.grad is not None and w.grad.tolist() == [3.0] * 3
 
 
 def test_gradients_stay_right_when_the_mutated_tensor_needs_no_grad(ns: str) -> None:

@@ -115,7 +115,8 @@ def test_matches_library_in_every_context(ns: str, style: str) -> None:
             # Nothing runs under inference_mode, for both; opclass's error also says why, and the fix.
             assert got[2][0] == reference[2][0] == "NotImplementedError", (label, got[2])
             assert got[2][1].endswith("::op (Op.autograd): the op's only kernel is at the Autograd key, which torch.inference_mode() skips: "
-                                      "call the op outside inference_mode (under torch.no_grad() it runs), or give it a kernel of its own (Op.default or Op.cpu)"), got[2]
+                                      "call the op outside inference_mode (under torch.no_grad() it runs), or make Op.autograd's code the op's own kernel "
+                                      "(Op.default or Op.cpu, with setup_context and backward for its gradients, in place of Op.autograd)"), got[2]
             got[2] = reference[2]
         for a, b in zip(got, reference):
             if isinstance(b, Tensor):
@@ -192,7 +193,7 @@ def test_an_autograd_body_beside_a_kernel_offers_fixes_that_work(ns: str) -> Non
                 return _Double.apply(x)
 
     assert str(info.value).endswith(
-        "Both.cpu would never run; keep autograd alone (it may call the cpu code as a plain function), or drop autograd "
+        "Both.cpu would serve only those; keep autograd alone (it may call the cpu code as a plain function), or drop autograd "
         "and keep cpu, with setup_context and backward for its gradients"
     ), str(info.value)
 
@@ -250,3 +251,57 @@ def test_opcheck_passes_as_for_the_library_twin(ns: str, style: str) -> None:
         results[label] = torch.library.opcheck(ops[label], (torch.randn(3, requires_grad=True), 2.0))
     assert results["Op.op(...)"] == results["Library"]
     assert set(results["Library"].values()) == {"SUCCESS"}
+
+
+def test_an_autograd_body_with_an_abstract_serves_inference_mode_as_a_meta_kernel_does(ns: str) -> None:
+    """torch's fake_quant_per_channel: a kernel at Autograd and one at Meta, which serves meta
+    Tensors and FakeTensors under inference_mode, where the Autograd keys are skipped. An
+    ``autograd`` body with an ``abstract`` is that op: the same values, errors, graphs and opcheck
+    as the Library twin, in every context; the abstract runs exactly where the Meta kernel does."""
+    from _twins import failures, outcome, seen
+
+    ran: list[str] = []
+
+    def shape_only(x: Tensor, k: float) -> Tensor:
+        ran.append("shape")
+        return torch.empty_like(x)
+
+    Op = type("Op", (CustomOp,), {"autograd": staticmethod(_ste), "abstract": staticmethod(shape_only), "__annotations__": {}}, name=f"{ns}::op", schema="(Tensor x, float k) -> Tensor", pt2_compliant=False)
+    lib = torch.library.Library(f"{ns}_twin", "FRAGMENT")
+    _LIBS.append(lib)
+    lib.define("op(Tensor x, float k) -> Tensor")
+    lib.impl("op", _ste, "Autograd")
+    lib.impl("op", shape_only, "Meta")
+    twin = getattr(torch.ops, f"{ns}_twin").op.default
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(Op.record.qualname, "Meta")
+
+    calls = [lambda: ((torch.randn(4, generator=torch.Generator().manual_seed(0)), 2.0), {})]
+    mine, theirs = seen(Op, calls), seen(twin, calls)
+    assert mine == theirs and not failures(mine), (mine, theirs)
+    where: dict[Any, list[Any]] = {}
+    for op in (Op, twin):
+        got = where[op] = []
+        for context in ("grad", "inference_mode"):
+            for make in (lambda: torch.randn(4, device="meta"), lambda: FakeTensorMode().from_tensor(torch.randn(4)), lambda: torch.randn(4)):
+                del ran[:]
+                with torch.inference_mode(context == "inference_mode"):
+                    result = outcome(lambda: op(make(), 2.0).shape)
+                got.append((context, result if isinstance(result, tuple) else list(result), tuple(ran)))
+    mine_where, theirs_where = where[Op], where[twin]
+    # A real Tensor under inference_mode: nothing serves it, in both; opclass says why and the fix.
+    assert mine_where[5][1][0] == theirs_where[5][1][0] == "NotImplementedError"
+    assert "Op.autograd): the op's only kernel is at the Autograd key" in mine_where[5][1][1]
+    mine_where[5] = theirs_where[5]
+    assert mine_where == theirs_where
+    # The shape-only kernel runs under inference_mode, for meta Tensors and FakeTensors alone.
+    assert [bool(r) for _, _, r in theirs_where] == [False, False, False, True, True, False]
+    x = torch.randn(4, requires_grad=True)
+    Op(x, 2.0).sum().backward()
+    assert x.grad is not None and x.grad.tolist() == [1.0] * 4
+    compiled = []
+    for op in (Op, twin):
+        torch.compiler.reset()
+        with torch.inference_mode():
+            compiled.append(outcome(lambda: torch.compile(lambda x: op(x, 2.0), backend="aot_eager", fullgraph=True)(torch.tensor([0.3, -1.2, 2.6]))))
+    torch.compiler.reset()
+    assert compiled[0] == compiled[1] == (torch.float32, [0.5, -1.0, 2.5])

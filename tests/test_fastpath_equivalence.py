@@ -55,7 +55,6 @@ from _versions import missing_tags
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning"),
-    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
 ]
 
 # --------------------------------------------------------------------------- the corpus

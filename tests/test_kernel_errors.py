@@ -488,7 +488,7 @@ def test_wrong_kernel_result(ns: str, case: str, requires_grad: bool, context: s
     how = len(_MAKERS)
     _MAKERS.append(wrong.make)
     if requires_grad and cls.record.mutated:
-        requires_grad = False  # writing to a Tensor that requires grad has its own error
+        requires_grad = False  # writes to a Tensor that requires grad have rules of their own (test_call_plan)
     kw_only = any(a.kwarg_only for a in cls.record.schema.arguments)
     # Every call path (the class call, the other guard's where both exist, the dispatcher).
     seen = {}

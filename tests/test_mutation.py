@@ -212,3 +212,85 @@ def test_a_mutating_op_returning_its_argument_points_at_tag_inplace(ns: str) -> 
         assert line.startswith(f"{ns}::scale_ (Scale_.default): the output of this custom operator"), label
         fix = "tags=torch.Tag.inplace" if hasattr(torch.Tag, "inplace") else "return nothing instead (-> None)"
         assert fix in line, label
+
+
+# --------------------------------------------------------------------------- a logger on parameters
+
+
+def _twin_log_tensor(ns: str, logged: list[str]) -> Any:
+    @torch.library.custom_op(f"{ns}_twin::log_tensor", mutates_args=("x",))
+    def log_tensor(x: Tensor, name: str) -> None:
+        logged.append(name)
+
+    log_tensor.register_fake(lambda x, name: None)
+    return log_tensor
+
+
+def test_a_logger_declaring_a_write_runs_on_parameters_as_custom_op_runs_it(ns: str) -> None:
+    """torchao's quant_logger pattern: an op declares that it writes to x so that compile keeps it
+    in the graph, and is called on nn.Parameters. It runs, in eager, compile, export and opcheck,
+    as the custom_op twin does; only a Tensor with autograd history is refused (custom_op gives it
+    a silently wrong gradient)."""
+    from _twins import failures, seen
+
+    logged: list[str] = []
+
+    class LogTensor(CustomOp, name=f"{ns}::log_tensor", mutates_args=("x",)):
+        @staticmethod
+        def default(x: Tensor, name: str) -> None:
+            logged.append(name)
+
+        @staticmethod
+        def abstract(x: Tensor, name: str) -> None:
+            return None
+
+    twin = _twin_log_tensor(ns, logged)
+    try:
+        calls = [lambda: ((torch.nn.Parameter(torch.randn(3)), "w"), {}), lambda: ((torch.randn(3), "x"), {})]
+        mine = seen(LogTensor, calls)
+        logged_mine = logged[:]
+        del logged[:]
+        theirs = seen(twin, calls)
+        assert mine == theirs
+        assert mine["schema"] == "(Tensor(a0!) x, str name) -> ()"
+        assert not failures(mine), failures(mine)
+        assert mine["eager 0"] is None and logged_mine == logged and logged_mine.count("w") >= 3
+
+        # A layer's forward logs its weight; gradients as without the logger, eager and compiled.
+        for op in (LogTensor, twin):
+            torch.manual_seed(0)
+            layer = torch.nn.Linear(3, 2)
+            x = torch.randn(4, 3)
+
+            def forward(x: Tensor) -> Tensor:
+                op(layer.weight, "weight")
+                return layer(x)
+
+            forward(x).sum().backward()
+            eager = layer.weight.grad.clone()
+            layer.weight.grad = None
+            torch.compile(forward, backend="aot_eager", fullgraph=True)(x).sum().backward()
+            torch.compiler.reset()
+            torch.testing.assert_close(layer.weight.grad, eager)
+            torch.testing.assert_close(eager, torch.ones(2, 1) * x.sum(0))
+
+        # A write to a Parameter saved earlier: both raise the same autograd error at backward.
+        errors = []
+        for op in (LogTensor, twin):
+            w = torch.nn.Parameter(torch.ones(3))
+            y = w * w
+            op(w, "w")
+            with pytest.raises(RuntimeError, match="modified by an inplace operation") as info:
+                y.sum().backward()
+            errors.append(str(info.value).splitlines()[0])
+        assert errors[0] == errors[1]
+
+        # A Tensor with history (an activation): the logger leaves it as it was, so it runs too,
+        # and its gradient is right.
+        a = torch.ones(3, requires_grad=True)
+        h = a * 2
+        LogTensor(h, "h")
+        (h * h).sum().backward()
+        assert a.grad is not None and a.grad.tolist() == [8.0] * 3
+    finally:
+        twin._lib._destroy()

@@ -791,3 +791,94 @@ def test_variant_reannotating_kernels_gets_new_schema(ns: str) -> None:
     assert Wider.schema == "(Tensor x, Tensor y) -> Tensor"
     assert_same(Wider(X, X), X * 2)
     assert_same(Base(X), X + 1)
+
+
+# --------------------------------------------------------------------------- as torch.library writes it
+
+
+def test_a_tensor_defaulting_to_none_gets_custom_ops_schema(ns: str) -> None:
+    """``b: Tensor = None`` is ``Tensor b=None`` (torch's infer_schema), not ``Tensor? b=None``:
+    the same schema, values, errors, compile, export and opcheck as the custom_op twin."""
+    from _twins import failures, outcome, seen
+
+    def body(x: Tensor, b: Tensor = None) -> Tensor:  # type: ignore[assignment]
+        return x * 2 if b is None else x + b
+
+    class AddOrDouble(CustomOp, name=f"{ns}::add_or_double"):
+        default = staticmethod(body)
+
+    twin = torch.library.custom_op(f"{ns}_twin::add_or_double", mutates_args=())(body)
+    twin.register_fake(lambda x, b=None: torch.empty_like(x))
+    try:
+        calls = [
+            lambda: ((torch.arange(3.0),), {}),
+            lambda: ((torch.arange(3.0), None), {}),
+            lambda: ((torch.arange(3.0), torch.ones(3)), {}),
+            lambda: ((torch.arange(3.0),), {"b": torch.ones(3)}),
+        ]
+        mine, theirs = seen(AddOrDouble, calls), seen(twin, calls)
+        assert mine == theirs
+        assert mine["schema"] == "(Tensor x, Tensor b=None) -> Tensor"
+        assert not failures(mine), failures(mine)
+        assert mine["eager 0"] == (torch.float32, [0.0, 2.0, 4.0]) and mine["eager 3"] == (torch.float32, [1.0, 2.0, 3.0])
+        errors = [outcome(lambda: op(torch.arange(3.0), torch.ones(2))) for op in (AddOrDouble, twin)]  # the kernel's own
+        assert errors[0] == errors[1] and errors[0][0] == "RuntimeError"
+        assert_paths_agree_on(AddOrDouble, torch.arange(3.0))
+        assert_paths_agree_on(AddOrDouble, torch.arange(3.0), None)
+        assert_paths_agree_on(AddOrDouble, torch.arange(3.0), torch.ones(3))
+        x = torch.arange(3.0, requires_grad=True)
+        assert AddOrDouble(x).grad_fn is not None and AddOrDouble(x, x).tolist() == [0.0, 2.0, 4.0]
+
+        class Optional_(CustomOp, name=f"{ns}::optional"):
+            @staticmethod
+            def default(x: Tensor, b: Optional[Tensor] = None) -> Tensor:
+                return x.clone()
+
+        assert Optional_.schema == "(Tensor x, Tensor? b=None) -> Tensor"  # as infer_schema: a different schema
+    finally:
+        twin._lib._destroy()
+
+
+def test_tags_are_exactly_the_given_ones_with_pt2_compliant_false(ns: str) -> None:
+    """Every op gets pt2_compliant_tag, as custom_op gives it; pt2_compliant=False defines the op
+    with tags= alone, as Library.define(..., tags=) does, and torch.compile with
+    only_allow_pt2_compliant_ops refuses both alike."""
+    import torch._dynamo
+
+    lib = torch.library.Library(f"{ns}_twin", "FRAGMENT")
+    custom: Any = None
+    try:
+        lib.define("plain(Tensor x) -> Tensor")
+        lib.define("strided(Tensor x) -> Tensor", tags=(torch.Tag.needs_fixed_stride_order,))
+        for name in ("plain", "strided"):
+            lib.impl(name, lambda x: x + 1, "CompositeExplicitAutograd")
+        def body(x: Tensor) -> Tensor:
+            return x + 1
+
+        custom = torch.library.custom_op(f"{ns}_twin::custom", mutates_args=())(body)
+        custom.register_fake(lambda x: torch.empty_like(x))
+
+        Plain = type("Plain", (CustomOp,), {"default": staticmethod(body)}, name=f"{ns}::plain", pt2_compliant=False)
+        Strided = type("Strided", (CustomOp,), {"default": staticmethod(body)}, name=f"{ns}::strided", pt2_compliant=False, tags=torch.Tag.needs_fixed_stride_order)
+        Default = type("Default", (CustomOp,), {"default": staticmethod(body)}, name=f"{ns}::default_tags")
+        twins = {Plain: getattr(torch.ops, f"{ns}_twin").plain.default, Strided: getattr(torch.ops, f"{ns}_twin").strided.default, Default: custom._opoverload}
+        for op, twin in twins.items():
+            assert sorted(map(str, op.op.tags)) == sorted(map(str, twin.tags)), op
+            outcomes = []
+            for fn in (op, twin):
+                torch.compiler.reset()
+                with torch._dynamo.config.patch(only_allow_pt2_compliant_ops=True):
+                    try:
+                        outcomes.append(torch.compile(lambda x: fn(x), backend="eager", fullgraph=True)(torch.zeros(2)).tolist())
+                    except Exception as e:  # noqa: BLE001 - compared
+                        outcomes.append(("refused", "non-PT2-compliant op" in str(e)))
+            assert outcomes[0] == outcomes[1], (op, outcomes)
+            assert (outcomes[0] == ("refused", True)) is (op is not Default)
+        assert Plain.record.tags == () and tuple(Plain.op.tags) == ()
+        assert list(Strided.op.tags) == [torch.Tag.needs_fixed_stride_order]
+        torch.library.opcheck(Plain.op, (torch.zeros(2),))
+    finally:
+        torch.compiler.reset()
+        if custom is not None:
+            custom._lib._destroy()
+        lib._destroy()

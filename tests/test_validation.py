@@ -363,11 +363,19 @@ def unsupported_default_tensor(ns: str) -> None:
             return x + 1
 
 
-@case("cpu", "Bad.cpu(x: Tensor, n: int = None) -> Tensor: parameter 'n': default None for non-optional type SymInt", "annotate it Optional[...]")
+@case("cpu", "Bad.cpu(x: Tensor, n: int = None) -> Tensor: parameter 'n': default None for non-optional type SymInt (torch.ops would refuse None passed for it)", "annotate it Optional[...]")
 def default_none_not_optional(ns: str) -> None:
     class Bad(CustomOp, name=f"{ns}::bad"):
         @staticmethod
         def cpu(x: Tensor, n: int = None) -> Tensor:  # type: ignore[assignment]
+            return x + 1
+
+
+@case("cpu", "Bad.cpu(x: Tensor, ys: list[Tensor] = None) -> Tensor: parameter 'ys': default None for non-optional type Tensor[]", "annotate it Optional[...]")
+def default_none_for_a_list(ns: str) -> None:
+    class Bad(CustomOp, name=f"{ns}::bad"):
+        @staticmethod
+        def cpu(x: Tensor, ys: list[Tensor] = None) -> Tensor:  # type: ignore[assignment]
             return x + 1
 
 
@@ -663,6 +671,22 @@ def inplace_and_out(ns: str) -> None:
 @case(None, "tags='inplace' must be torch.Tag values", "tags=torch.Tag.")
 def tags_not_tags(ns: str) -> None:
     class Bad(CustomOp, name=f"{ns}::bad", tags="inplace"):  # type: ignore[arg-type]
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            return x + 1
+
+
+@case(None, "pt2_compliant=False with torch.Tag.pt2_compliant_tag in tags=", "drop one of the two")
+def pt2_compliant_contradicted(ns: str) -> None:
+    class Bad(CustomOp, name=f"{ns}::bad", tags=torch.Tag.pt2_compliant_tag, pt2_compliant=False):
+        @staticmethod
+        def cpu(x: Tensor) -> Tensor:
+            return x + 1
+
+
+@case(None, "pt2_compliant='no' must be True or False", "write pt2_compliant=False")
+def pt2_compliant_not_bool(ns: str) -> None:
+    class Bad(CustomOp, name=f"{ns}::bad", pt2_compliant="no"):  # type: ignore[arg-type]
         @staticmethod
         def cpu(x: Tensor) -> Tensor:
             return x + 1

@@ -134,3 +134,38 @@ def test_config_object_where_torch_takes_no_plain_opaque_value(ns: str) -> None:
     )
     assert info.value.fix == "use torch 2.12 or later for config objects, or pass the fields as separate arguments"
     assert not hasattr(getattr(torch.ops, ns), "scale")
+
+
+# --------------------------------------------------------------------------- deprecations are errors
+
+
+def test_a_deprecation_fails_the_test_that_causes_it() -> None:
+    """conftest turns deprecation warnings into errors, and a notice torch logs (2.14 renamed its
+    opaque types and logs the old names' use) into a failed test: a user sees none because of opclass."""
+    import warnings
+
+    from conftest import _LOGGED, _NEWEST
+
+    for category in (DeprecationWarning, FutureWarning):
+        with pytest.raises(category):  # raised from opclass's code: an error on every torch
+            warnings.warn_explicit("old", category, "compat.py", 1, module="opclass.core.compat")
+        if _NEWEST:
+            with pytest.raises(category):  # from anywhere, on torch 2.14 and later
+                warnings.warn("old", category)
+    from torch._library import opaque_object
+
+    if not hasattr(opaque_object, "register_custom_class"):
+        pytest.skip(f"torch {torch.__version__} has no renamed opaque types, whose old names log a deprecation")
+
+    @dataclasses.dataclass(frozen=True)
+    class Old:
+        k: int = 1
+
+    Old.__fx_repr__ = lambda self: ("Old()", {"Old": Old})  # type: ignore[attr-defined]
+    opaque_object.register_opaque_type(Old, typ="value")  # the old spelling, as opclass wrote it before
+    try:
+        assert any("register_opaque_type is deprecated" in m for m in _LOGGED.seen), _LOGGED.seen
+    finally:
+        del _LOGGED.seen[:]
+        if hasattr(opaque_object, "unregister_custom_class"):
+            opaque_object.unregister_custom_class(Old)

@@ -105,7 +105,7 @@ def _install(record: OpRecord, value: bool) -> None:
     extra = f"Tensor[] {_GRADS}, bool[] {_NEEDS}"
     star = "" if record.arguments.keyword_only else "*, "
     name = backward_name(record)
-    lib.define(f"{name}({params + ', ' if params else ''}{star}{extra}) -> Tensor[]", tags=(torch.Tag.pt2_compliant_tag,))
+    lib.define(f"{name}({params + ', ' if params else ''}{star}{extra}) -> Tensor[]", tags=tuple(t for t in record.defined_tags if t == torch.Tag.pt2_compliant_tag))
     lib.impl(name, _recompute_kernel(record), "CompositeExplicitAutograd")
     lib._register_fake(name, _fake_backward(record), _stacklevel=1)
     packet = getattr(getattr(torch.ops, record.namespace), name.partition(".")[0])

@@ -72,7 +72,8 @@ def _no_kernel(record: OpRecord) -> None:
     if body is not None:
         message = (
             f"{record.qualname} ({cls}.{body}): the op's only kernel is at the Autograd key, which torch.inference_mode() skips: "
-            f"call the op outside inference_mode (under torch.no_grad() it runs), or give it a kernel of its own ({cls}.default or {cls}.cpu)"
+            f"call the op outside inference_mode (under torch.no_grad() it runs), or make {cls}.{body}'s code the op's own kernel "
+            f"({cls}.default or {cls}.cpu, with setup_context and backward for its gradients, in place of {cls}.{body})"
         )
     else:
         hooks = ", ".join(f"{cls}.{k.hook}" for k in record.kernels.values()) or "none"
@@ -178,14 +179,17 @@ def abstract_hook() -> Hook:
 # --------------------------------------------------------------------------- bodies: composite, autograd
 
 
-def _check_body(fn: Any, ctx: HookContext) -> None:
-    # The body runs at the Autograd keys, before any backend, autograd or fake kernel could.
+def _check_body(fn: Any, ctx: HookContext, beside: frozenset[str] = frozenset()) -> None:
+    """No kernel the body would shadow, but those at ``beside``: the keys that still run where
+    the body does not."""
     shadowed = {"Meta", *fake_keys()}
     for hook, value in ctx.defined.items():
         other = ctx.hooks[hook]
         if hook == ctx.hook or other.occupies is None:
             continue
         keys = {k for keys, _, _ in other.occupies(value) for k in keys}
+        if not other.backend and keys <= beside:
+            continue
         if other.backend or keys & shadowed or any(k.startswith("Autograd") for k in keys):
             if not other.backend:
                 fix = f"drop {hook}: the body serves those calls too"
@@ -193,7 +197,11 @@ def _check_body(fn: Any, ctx: HookContext) -> None:
                 fix = f"drop {hook} (the body serves every device type), or drop composite and keep {hook}, with setup_context and backward if it needs gradients"
             else:
                 fix = f"keep autograd alone (it may call the {hook} code as a plain function), or drop autograd and keep {hook}, with setup_context and backward for its gradients"
-            ctx.fail(f"the op is its {ctx.hook} body, which runs before any other kernel could; {ctx.cls_name}.{hook} would never run", fix)
+            if beside:
+                problem = f"the op is its {ctx.hook} body, which serves every call but those under inference_mode; {ctx.cls_name}.{hook} would serve only those"
+            else:
+                problem = f"the op is its {ctx.hook} body, which runs before any other kernel could; {ctx.cls_name}.{hook} would never run"
+            ctx.fail(problem, fix)
 
 
 def _torch_ops_only(where: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -215,8 +223,11 @@ def _torch_ops_only(where: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return composite_body
 
 
-def _body_hook(name: str, key: str, doc: str, aliases: tuple[str, ...], body: Callable[[str, Any], Any] = lambda where, fn: fn) -> Hook:
-    """A hook whose function is the op's only kernel, at ``key``; ``body(where, fn)``: the function registered."""
+def _body_hook(
+    name: str, key: str, doc: str, aliases: tuple[str, ...], body: Callable[[str, Any], Any] = lambda where, fn: fn, beside: frozenset[str] = frozenset()
+) -> Hook:
+    """A hook whose function is the op's only kernel, at ``key``; ``body(where, fn)``: the function
+    registered; ``beside``: the keys of the kernels that may come with it (they run where it does not)."""
 
     def install(record: OpRecord, fn: Callable[..., Any]) -> None:
         record.decomposes = True
@@ -224,7 +235,7 @@ def _body_hook(name: str, key: str, doc: str, aliases: tuple[str, ...], body: Ca
         record.lib.impl(record.overload_name(), shield(record.outputs.checked(where, debug.wrap(record, name, body(where, fn), fake=False))), key)
 
     occupies = (((key,), f"a kernel at {key}", f"drop {name}: the op's own kernels stay in charge"),)
-    return Hook(name, install, check=_check_body, kernel=True, backend=True, occupies=lambda value: occupies, aliases=aliases, doc=doc)
+    return Hook(name, install, check=lambda fn, ctx: _check_body(fn, ctx, beside), kernel=True, backend=True, occupies=lambda value: occupies, aliases=aliases, doc=doc)
 
 
 def composite_hook() -> Hook:
@@ -253,9 +264,10 @@ def composite_hook() -> Hook:
 def autograd_hook() -> Hook:
     """The ``autograd`` hook: the op's only kernel, at the ``Autograd`` key
     (``Library.impl(..., "Autograd")``), as torch's own ``quantized_decomposed`` ops write one:
-    typically it applies an ``autograd.Function`` of its own. With no backend kernel, the op
-    raises under ``inference_mode`` (autograd is off there, so nothing serves the call), and its
-    checks run under FakeTensor. The class call always goes through the dispatcher.
+    typically it applies an ``autograd.Function`` of its own. It runs on every call but those under
+    ``inference_mode``, where autograd is off: there an ``abstract`` beside it serves FakeTensors
+    and meta tensors (torch's pairing of an Autograd kernel with a Meta one), and a real Tensor
+    has no kernel. The class call always goes through the dispatcher.
 
     Example:
         >>> import torch, opclass
@@ -267,5 +279,8 @@ def autograd_hook() -> Hook:
         tensor([2.])
         >>> opclass.remove(DocsTwice)
     """
-    doc = "the op's only kernel, at the Autograd key (as Library.impl(..., 'Autograd')): no backend kernel"
-    return _body_hook("autograd", "Autograd", doc, ("autograd_impl", "autograd_kernel"))
+    doc = "the op's only kernel, at the Autograd key (as Library.impl(..., 'Autograd')): no backend kernel; an abstract serves inference_mode"
+    # Under inference_mode the Autograd keys are skipped: there a fake kernel serves FakeTensors and
+    # (torch's register_fake makes it the Meta kernel too) meta tensors, as torch's own
+    # quantized_decomposed ops pair an Autograd kernel with a Meta one.
+    return _body_hook("autograd", "Autograd", doc, ("autograd_impl", "autograd_kernel"), beside=frozenset(fake_keys()))

@@ -395,9 +395,16 @@ def default_text(value: Any, schema_type: str) -> str:
     """How ``value`` is written as a schema default, e.g. ``torch.float32`` -> ``float32``."""
     check_default(value, schema_type)
     if value is None:
-        if not schema_type.endswith("?"):
-            raise SchemaProblem(None, f"default None for non-optional type {schema_type}", "annotate it Optional[...]")
-        return "None"
+        # torch's infer_schema writes ``x: Tensor = None`` as ``Tensor x=None``, which takes None
+        # given or left out. Other types written so take None only when left out (torch.ops
+        # raises on ``f(x, None)``), and a list type does not parse: those are refused.
+        if schema_type.endswith("?") or schema_type == "Tensor":
+            return "None"
+        raise SchemaProblem(
+            None,
+            f"default None for non-optional type {schema_type} (torch.ops would refuse None passed for it)",
+            "annotate it Optional[...]",
+        )
     if isinstance(value, bool) or isinstance(value, (int, float)):
         return repr(value) if not isinstance(value, bool) else str(value)
     if isinstance(value, str):

@@ -61,7 +61,10 @@ class Argument:
     is_list: bool = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
-        for name, value in (("has_default", self.default is not EMPTY), ("kind", arg_type(self.jit)), ("holds_tensor", holds_tensor(self.jit)), ("is_list", inner(self.jit)[2])):
+        # ``Tensor x=None`` (torch's form of ``x: Tensor = None``): the call path takes it as optional.
+        maybe_none = self.default is None and not self.jit.startswith("Optional[")
+        jit = f"Optional[{self.jit}]" if maybe_none else self.jit
+        for name, value in (("has_default", self.default is not EMPTY), ("kind", arg_type(jit)), ("holds_tensor", holds_tensor(jit)), ("is_list", inner(jit)[2])):
             object.__setattr__(self, name, value)
 
 

@@ -46,7 +46,7 @@ def _snake_case(name: str) -> str:
 
 
 # Keywords that belong to the op's definition, which an op extended with existing=True already has.
-_DEFINING_KEYWORDS = ("mutates_args", "schema", "tags")
+_DEFINING_KEYWORDS = ("mutates_args", "schema", "tags", "pt2_compliant")
 _KEYWORD_ALIASES = {"extend": "existing", "extends": "existing", "exists": "existing", "mutates": "mutates_args", "mutable_args": "mutates_args", "mutated_args": "mutates_args", "tag": "tags", "ns": "namespace", "op_name": "name"}
 
 
@@ -172,6 +172,11 @@ class OpBuilder:
             self.fail(None, f"tags={kw.get('tags')!r} must be torch.Tag values", "write e.g. tags=torch.Tag.needs_fixed_stride_order")
         if tagged_inplace(tags) and tagged_out(tags):
             self.fail(None, "torch.Tag.inplace and torch.Tag.out are mutually exclusive", "pick one")
+        pt2_compliant = kw.get("pt2_compliant", True)
+        if type(pt2_compliant) is not bool:
+            self.fail(None, f"pt2_compliant={pt2_compliant!r} must be True or False", "write pt2_compliant=False for an op tagged exactly as tags= says")
+        if not pt2_compliant and torch.Tag.pt2_compliant_tag in tags:
+            self.fail(None, "pt2_compliant=False with torch.Tag.pt2_compliant_tag in tags=", "drop one of the two")
         schema = kw.get("schema")
         if schema is not None and not isinstance(schema, str):
             self.fail(None, f"schema={schema!r} must be a string", "write e.g. schema='(Tensor x) -> Tensor'")
@@ -189,7 +194,7 @@ class OpBuilder:
                         f"{key}= with existing=True: the op is defined already, with its own schema, mutations and tags",
                         f"drop {key}=; the dispatcher's schema is used (annotations, if any, must agree with it)",
                     )
-        return Keywords(name, namespace, tuple(dict.fromkeys(mutates)), schema, tags, unknown, bool(existing), "mutates_args" in kw)
+        return Keywords(name, namespace, tuple(dict.fromkeys(mutates)), schema, tags, unknown, bool(existing), "mutates_args" in kw, pt2_compliant)
 
     def validate_pairs(self) -> None:
         """Hooks that only make sense together (``setup_context`` + ``backward``)."""
@@ -392,6 +397,8 @@ class OpBuilder:
             arguments=table,
             signature=schemas.python_signature(table, self.schema),
             tags=kw.tags,
+            # custom_op's default, which pt2_compliant=False opts out of (Library.define's tags=).
+            defined_tags=kw.tags if kw.existing or not kw.pt2_compliant or torch.Tag.pt2_compliant_tag in kw.tags else (*kw.tags, torch.Tag.pt2_compliant_tag),
             hooks=dict(self.defined),
             registry=tuple(self.hooks.values()),
             cls_name=self.cls_name,

@@ -35,6 +35,8 @@ class Keywords:
     existing: bool = False
     #: ``mutates_args=`` was given (not merely inherited as empty).
     mutates_given: bool = False
+    #: ``pt2_compliant=False``: the op is defined with ``tags`` alone.
+    pt2_compliant: bool = True
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -59,6 +61,9 @@ class OpSpec:
     signature: inspect.Signature
     #: The ``torch.Tag`` values of the class's ``tags=`` keyword.
     tags: tuple[torch.Tag, ...]
+    #: The tags the op is defined with (``tags``, and ``pt2_compliant_tag`` unless opted out);
+    #: with ``existing=True``, the op's own.
+    defined_tags: tuple[torch.Tag, ...]
     #: Each defined hook's raw value by hook name; an extension finds its own as ``record.hooks["inverse"]``.
     hooks: dict[str, Any]
     #: The hook registry as the class was validated with it, in registry (installation) order:

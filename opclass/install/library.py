@@ -142,10 +142,7 @@ def open_library(record: OpRecord, onto: OpLibrary | None = None) -> None:
     elif not record.existing:
         lib.configs = [cls for cls in record.configs.values() if register_config(cls)]
     if not record.existing:
-        tags = tuple(record.tags)
-        if torch.Tag.pt2_compliant_tag not in tags:
-            tags += (torch.Tag.pt2_compliant_tag,)
-        lib.define(record.overload_name() + record.schema_str, tags=tags)
+        lib.define(record.overload_name() + record.schema_str, tags=record.defined_tags)
     record.op = overload(record.namespace, record.name, record.overload)
 
 

@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import sys
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -125,11 +126,13 @@ def generic_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
         ):
             if is_out:
                 raise RuntimeError(f"{opname}(): functions with out=... arguments don't support automatic differentiation, but one of the arguments requires grad.")
-            if not functional:
-                check_mutation(record, args, kwargs)
+            written = None if functional else check_mutation(record, args, kwargs)
             # Under torch.func transforms the Function's forward dispatches the op afresh.
             call_keyset = None if _C._are_functorch_transforms_active() else keyset
-            return (apply or function_apply())(*args, *kwargs.values(), Call(call_keyset, len(args), tuple(kwargs)))
+            out = (apply or function_apply())(*args, *kwargs.values(), Call(call_keyset, len(args), tuple(kwargs)))
+            if written is not None:
+                written()
+            return out
         if functional and _forward_ad._current_level >= 0:
             # Dual tensors need not require grad: let the Function give tangents (or say it cannot).
             return (apply or function_apply())(*args, *kwargs.values(), Call(keyset, len(args), tuple(kwargs)))
@@ -144,19 +147,67 @@ def generic_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
     return autograd_kernel
 
 
-def check_mutation(record: OpRecord, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Autograd cannot record a mutation inside a kernel: the mutated Tensor's history would stay
-    as it was, and gradients through it would be silently wrong."""
+def check_mutation(record: OpRecord, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], None] | None:
+    """Autograd cannot record a write inside a kernel, so a written Tensor keeps the history it
+    had. That is wrong only for a Tensor that has one (the result of a differentiable computation,
+    or a view of one) and only if the kernel changes its values: its gradients would then
+    silently be those of its value before the write. A leaf (an ``nn.Parameter``) is written as
+    under ``torch.no_grad()``; its version counter, bumped before the kernel, makes a backward
+    that saved it raise.
+
+    Returns None, or a check to run after the kernel: it raises if such a Tensor's values changed,
+    after putting back the values of every Tensor the op writes. Where values cannot be compared
+    (FakeTensors and other subclasses, meta Tensors, torch.func transforms) such a call is refused
+    before the kernel."""
     values = record.arguments.values(args, kwargs)
+    at_risk = [(a, t) for a in record.arguments.written for t in tensors_in((values[a.index],)) if t.requires_grad and not t.is_leaf and not _traced_input(t)]
+    if not at_risk:
+        return None
+    transformed = _C._are_functorch_transforms_active()
+    unseen = next((a for a, t in at_risk if transformed or type(t) not in (torch.Tensor, torch.nn.Parameter) or t.is_meta), None)
+    if unseen is not None:
+        raise RuntimeError(
+            _write_with_history(record, unseen.name, "whose values cannot be compared here (a FakeTensor, a meta Tensor, or under a torch.func transform), so its gradients may be those of its value before the write")
+        )
+    before = [(t, t.detach().clone()) for t in record.arguments.tensors(args, kwargs, record.arguments.written)]
+
+    def check() -> None:
+        changed = next((a for a, t in at_risk for u, b in before if u is t and not _same_values(t, b)), None)
+        if changed is None:
+            return
+        with torch.no_grad():
+            for t, b in before:
+                t.copy_(b)
+        raise RuntimeError(_write_with_history(record, changed.name, "and the kernel changed its values, which are put back: its gradients would silently be those of its value before the write"))
+
+    return check
+
+
+def _write_with_history(record: OpRecord, name: str, why: str) -> str:
     formula = f" ({record.formula.missing})" if record.formula is not None and record.formula.missing else ""
-    for a in record.arguments.written:
-        if any(t.requires_grad for t in tensors_in((values[a.index],))):
-            raise RuntimeError(
-                f"{record.qualname} ({record.cls_name}): the op writes to {a.name!r}, which requires grad, and autograd "
-                f"cannot record a custom op's mutation (gradients through {a.name!r} would be wrong). Pass a Tensor that "
-                f"does not require grad ({a.name}.detach(), or call under torch.no_grad()), or make the op functional "
-                f"(return a new Tensor instead of writing to {a.name!r}) with an autograd formula{formula}."
-            )
+    return (
+        f"{record.qualname} ({record.cls_name}): the op writes to {name!r}, which requires grad and has autograd history, "
+        f"{why}: autograd cannot record a custom op's write. Pass a Tensor that does not require grad ({name}.detach(), "
+        f"or call under torch.no_grad()), or make the op functional (return a new Tensor instead of writing to {name!r}) "
+        f"with an autograd formula{formula}."
+    )
+
+
+def _same_values(t: torch.Tensor, before: torch.Tensor) -> bool:
+    """``t`` holds ``before``'s values (NaN where it had NaN)."""
+    if t.is_floating_point() or t.is_complex():
+        return bool(torch.allclose(t.detach(), before, rtol=0.0, atol=0.0, equal_nan=True))
+    return torch.equal(t.detach(), before)
+
+
+def _traced_input(t: torch.Tensor) -> bool:
+    """A graph input as AOTAutograd's functionalization wraps it, whose history is a stand-in
+    (torch's ``Error`` node) whether or not the Tensor has one: Dynamo ran the same call on fake
+    Tensors first, a leaf as a leaf and a Tensor with history with that stand-in, and was checked.
+    (AOTAutograd's joint trace then clones a written input, with a real-looking history: every
+    FunctionalTensor is taken as such an input, so AOTAutograd used without Dynamo is not checked.)"""
+    functional = sys.modules.get("torch._subclasses.functional_tensor")
+    return functional is not None and isinstance(t, functional.FunctionalTensor)
 
 
 def bump_mutated(args: tuple[Any, ...], kwargs: dict[str, Any], positions: Sequence[int], names: Sequence[str]) -> None:
