@@ -21,6 +21,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -233,8 +234,33 @@ def run(min_run_time: float = 1.0, counts: tuple[int, ...] = (1, 14), device: st
         for scenario, impl, fn, args, inference in scenarios:
             us = _time(fn, args, min_run_time, inference) * 1e6
             rows.append({"args": n, "scenario": scenario, "impl": impl, "us": us})
+        for impl, us in _block_rows(ops["providers"], plain, min_run_time).items():
+            rows.append({"args": n, "scenario": "providers", "impl": impl, "us": us})
         _drop(ops)
     return rows
+
+
+def _block_rows(op: Any, args: list[Any], min_run_time: float) -> dict[str, float]:
+    """A provider op's plain call while another thread holds a ``use_providers`` block that names
+    it, and inside such a block (it picks ``p2``, the same kernel as the first provider), in us."""
+    opened, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with opclass.use_providers({op: ["p2"]}):
+            opened.set()
+            done.wait()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    opened.wait()
+    try:
+        other = _time(op, args, min_run_time)
+    finally:
+        done.set()
+        holder.join()
+    with opclass.use_providers({op: ["p2"]}):
+        inside = _time(op, args, min_run_time)
+    return {"opclass, 3 providers, a block in another thread": other * 1e6, "opclass, 3 providers, inside a block naming it": inside * 1e6}
 
 
 def run_scale(
@@ -486,6 +512,9 @@ def done_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
     def provider_cost(n: int, impl: str) -> float | None:
         return _lookup(rows, n, "providers", impl) - _lookup(rows, n, "providers", "opclass, one kernel") if n in counts else None
 
+    def provider_ratio(n: int, impl: str, base: str) -> float | None:
+        return _lookup(rows, n, "providers", impl) / _lookup(rows, n, "providers", base) if n in counts else None
+
     def predicate_cost(n: int) -> float | None:
         if n not in counts:
             return None
@@ -514,6 +543,8 @@ def done_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
         ("compile: class / op", seconds["class"] / seconds["op"] if seconds else None, 1.05, 1.05, ""),
         ("providers: 3 providers - one kernel, us", provider_cost(1, "opclass, 3 providers"), None, 0.1, "choosing costs nothing without a predicate"),
         ("providers: predicate - no predicate - predicate alone, us", predicate_cost(1), None, 0.15, "a predicate costs about its own call"),
+        ("providers: a block in another thread / no block", provider_ratio(1, "opclass, 3 providers, a block in another thread", "opclass, 3 providers"), None, 1.1, "other contexts keep the fast path"),
+        ("providers: inside a block / direct", provider_ratio(1, "opclass, 3 providers, inside a block naming it", "direct"), None, 1.5, "the block's choice, cached"),
         ("model: eager infer, opclass / plain", model_ratio("infer", "eager", "opclass", "plain"), 1.15, 1.05, ""),
         ("model: eager train, opclass / Function", model_ratio("train", "eager", "opclass", "autograd.Function"), 1.1, 1.1, ""),
         ("model: eager train, eager_autograd / plain", model_ratio("train", "eager", "opclass eager_autograd", "plain"), 1.1, 1.1, ""),

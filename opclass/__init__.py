@@ -15,55 +15,19 @@ Example:
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._op import CustomOp, OpMeta
-    from .core.names import DEVICE_TYPES
-    from .core.native import guard_backend, guard_info
-    from .decompose import decompositions
-    from .define.annotations import SUPPORTED_TYPES, Int, SchemaType
-    from .define.hookspec import Hook, HookContext, hooks, register_hook, unregister_hook
-    from .errors import OpDefinitionError
-    from .builtin_hooks.kernels import device_hook
-    from .install.record import OpRecord
-    from .lifecycle import remove, remove_namespace
-    from .builtin_hooks.providers import provider
-    from .providers import add_provider, explain_providers, remove_provider, set_provider_mode, set_provider_order, tune_providers, use_providers
+    from ._public import *
 
 __all__ = [
-    "CustomOp",
-    "DEVICE_TYPES",
-    "Hook",
-    "HookContext",
-    "Int",
-    "OpDefinitionError",
-    "OpMeta",
-    "OpRecord",
-    "SUPPORTED_TYPES",
-    "SchemaType",
-    "add_provider",
-    "decompositions",
-    "device_hook",
-    "explain_providers",
-    "guard_backend",
-    "guard_info",
-    "hooks",
-    "provider",
-    "register_hook",
-    "remove",
-    "remove_namespace",
-    "remove_provider",
-    "set_provider_mode",
-    "set_provider_order",
-    "tune_providers",
-    "unregister_hook",
-    "use_providers",
+    "CustomOp", "DEVICE_TYPES", "Hook", "HookContext", "Int", "OpDefinitionError", "OpMeta", "OpRecord", "SUPPORTED_TYPES", "SchemaType",
+    "add_provider", "decompositions", "device_hook", "explain_providers", "guard_backend", "guard_info", "hooks", "provider", "register_hook",
+    "remove", "remove_namespace", "remove_provider", "set_provider_mode", "set_provider_order", "tune_providers", "unregister_hook", "use_providers",
 ]
 __version__ = "0.1.0"
 
 if not TYPE_CHECKING:
-    # The public names come with torch; opclass.mypy, imported by every mypy run, must not pay
-    # for it. The first public name used imports them all (_public.py), as importing opclass
-    # once did. Type checkers see the imports above instead, and no __getattr__ that would make
-    # every misspelt attribute of opclass pass.
+    # The public names come with torch, which opclass.mypy (imported by every mypy run) must not
+    # pay for: the first one used imports them all (_public.py). Type checkers see the import
+    # above instead, and no __getattr__ that would let every misspelt attribute of opclass pass.
 
     def __getattr__(name):
         if name not in __all__:

@@ -23,17 +23,9 @@ from torch.utils._pytree import tree_leaves, tree_map_only
 
 from opclass.callpath.classcall import python_guard_call
 from opclass.core.native import guard_backend
+from opclass.core.types import same_values
 
 __all__ = ["call_paths", "diff", "observable", "observe"]
-
-
-def _tensors(value: Any) -> list[Tensor]:
-    """The distinct Tensors in ``value``, in order."""
-    found: list[Tensor] = []
-    for leaf in tree_leaves(value):
-        if isinstance(leaf, Tensor) and all(leaf is not f for f in found):
-            found.append(leaf)
-    return found
 
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
@@ -84,30 +76,26 @@ def _graph(fn: Any, depth: int = 2) -> Any:
 
 
 def observable(value: Any) -> Any:
-    """Everything observable about a Tensor, as plain data (anything else is returned as is).
-
-    Type, dtype, shape, strides, storage offset, device, layout, ``requires_grad``, leaf-ness,
-    the ``grad_fn`` graph (two levels), conj/neg bits, inference-ness, version counter, values.
-    """
+    """Everything observable about a Tensor, as plain data (anything else is returned as is): the
+    ``grad_fn`` graph two levels down, an attribute that raises as raising."""
     if not isinstance(value, Tensor):
         return value
-    t = value
     return {
-        "type": type(t).__name__,
-        "dtype": _attempt(lambda: t.dtype),
-        "shape": _attempt(lambda: tuple(t.shape)),
-        "stride": _attempt(t.stride),
-        "storage_offset": _attempt(t.storage_offset),
-        "device": _attempt(lambda: t.device),
-        "layout": _attempt(lambda: t.layout),
-        "requires_grad": _attempt(lambda: t.requires_grad),
-        "is_leaf": _attempt(lambda: t.is_leaf),
-        "grad_fn": _attempt(lambda: _graph(t.grad_fn)),
-        "conj": _attempt(t.is_conj),
-        "neg": _attempt(t.is_neg),
-        "inference": _attempt(t.is_inference),
-        "version": _attempt(lambda: t._version),
-        "values": _values(t),
+        "type": type(value).__name__,
+        "dtype": _attempt(lambda: value.dtype),
+        "shape": _attempt(lambda: tuple(value.shape)),
+        "stride": _attempt(value.stride),
+        "storage_offset": _attempt(value.storage_offset),
+        "device": _attempt(lambda: value.device),
+        "layout": _attempt(lambda: value.layout),
+        "requires_grad": _attempt(lambda: value.requires_grad),
+        "is_leaf": _attempt(lambda: value.is_leaf),
+        "grad_fn": _attempt(lambda: _graph(value.grad_fn)),
+        "conj": _attempt(value.is_conj),
+        "neg": _attempt(value.is_neg),
+        "inference": _attempt(value.is_inference),
+        "version": _attempt(lambda: value._version),
+        "values": _values(value),
     }
 
 
@@ -148,43 +136,28 @@ def _after(out: Any, inputs: list[Tensor]) -> dict[str, Any]:
 
 
 def observe(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any], *, backward: bool = True) -> dict[str, Any]:
-    """Call ``fn(*args, **kwargs)`` and return everything observable about the call, as data.
-
-    The exception (type and message) or the output (container and result types, each Tensor
-    as :func:`describe` sees it, and which input it *is*); what ``backward`` through every output
-    that requires grad did; every input Tensor afterwards (values, version counters...) and its
-    gradient. Compare two observations with :func:`diff`.
-    """
-    inputs = _tensors((args, dict(kwargs)))
-    out: Any = None
+    """Call ``fn(*args, **kwargs)``: everything observable about the call, as data (each Tensor as
+    :func:`observable` sees it, an output with which input it *is*), to compare with :func:`diff`."""
+    # The distinct input Tensors, in order.
+    inputs = list({id(leaf): leaf for leaf in tree_leaves((args, dict(kwargs))) if isinstance(leaf, Tensor)}.values())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            out = fn(*args, **kwargs)
-            exception = None
+            out, exception = fn(*args, **kwargs), None
         except Exception as e:
-            exception = _message(e)
+            out, exception = None, _message(e)
         return {"exception": exception, "backward": _backward(out, backward), **_after(out, inputs)}
-
-
-def _same_tensor(a: Tensor, b: Tensor) -> bool:
-    if a.dtype.is_floating_point or a.dtype.is_complex:
-        return torch.equal(a.isnan(), b.isnan()) and torch.equal(torch.where(a.isnan(), 0, a), torch.where(b.isnan(), 0, b))
-    return torch.equal(a, b)
 
 
 def diff(a: Any, b: Any, path: str = "") -> str | None:
     """The first difference between two observations (or any plain data), as text; ``None``: equal.
-
-    Tensors must be equal exactly, NaNs in the same places; containers must have the same type
-    and length; everything else must be of the same type and equal.
-    """
+    Tensors must be equal exactly (NaN where NaN); everything else of the same type and equal."""
     if isinstance(a, Tensor) or isinstance(b, Tensor):
         if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
             return f"{path}: {a!r} vs {b!r}"
         if a.dtype != b.dtype or a.shape != b.shape:
             return f"{path}: {a.dtype}{tuple(a.shape)} vs {b.dtype}{tuple(b.shape)}"
-        return None if _same_tensor(a, b) else f"{path}: values differ\n{a}\nvs\n{b}"
+        return None if same_values(a, b) else f"{path}: values differ\n{a}\nvs\n{b}"
     if isinstance(a, dict) and isinstance(b, dict):
         if a.keys() != b.keys():
             return f"{path}: keys {sorted(a)} vs {sorted(b)}"
@@ -199,19 +172,14 @@ def diff(a: Any, b: Any, path: str = "") -> str | None:
 
 
 def call_paths(op_cls: Any) -> dict[str, Callable[..., Any]]:
-    """The ways to call an op that must be indistinguishable, by label, the dispatcher last.
-
-    ``MyOp(...)`` (the class call, under the active guard), ``MyOp(...) [Python guard]`` (the
-    call function the pure-Python guard generates, where the native guard is active and the op
-    has a fast path) and ``MyOp.op(...)`` (the dispatcher, as ``torch.ops`` calls it).
-    """
+    """The ways to call an op that must be indistinguishable, by label: the class call under the
+    active guard, the pure-Python guard's call (where the native guard is active and the op has a
+    fast path), and the dispatcher (``MyOp.op``, as ``torch.ops`` calls it) last."""
     record = op_cls.record
     name = getattr(op_cls, "__name__", "MyOp")
     paths: dict[str, Callable[..., Any]] = {f"{name}(...)": op_cls}
     python = python_guard_call(record, op_cls) if guard_backend() == "native" else None
     if python is not None:
-        op = record.op
-
         def python_guard(*args: Any, **kwargs: Any) -> Any:
             try:
                 return python(*args, **kwargs)
@@ -219,7 +187,7 @@ def call_paths(op_cls: Any) -> dict[str, Callable[..., Any]]:
                 # Binding failed (no frame of the call ran): the class call hands over to the
                 # dispatcher there, for torch's own error.
                 if e.__traceback__ is not None and e.__traceback__.tb_next is None:
-                    return op(*args, **kwargs)
+                    return record.op(*args, **kwargs)
                 raise
 
         paths[f"{name}(...) [Python guard]"] = python_guard
@@ -231,15 +199,14 @@ def first_row_that_differs(fn: Callable[..., Any], args: tuple[Any, ...], kwargs
     """The first i where row i of ``fn`` on a batch of ``batch`` rows differs, bit for bit, from
     ``fn`` on row i alone (every Tensor argument ``batch`` long cut to its row i), or ``None``."""
 
-    def row(i: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def alone(i: int) -> list[Any]:
         pick = lambda t: t[i : i + 1] if t.dim() and t.shape[0] == batch else t  # noqa: E731
-        return tuple(tree_map_only(Tensor, pick, args)), dict(tree_map_only(Tensor, pick, dict(kwargs)))
+        return tree_leaves(fn(*tree_map_only(Tensor, pick, args), **tree_map_only(Tensor, pick, dict(kwargs))))
 
     with torch.no_grad():
         whole = tree_leaves(fn(*args, **kwargs))
         for i in range(batch):
-            alone = tree_leaves(fn(*row(i)[0], **row(i)[1]))
-            if any(isinstance(w, Tensor) and w.dim() and w.shape[0] == batch and not torch.equal(w[i : i + 1], a) for w, a in zip(whole, alone)):
+            if any(isinstance(w, Tensor) and w.dim() and w.shape[0] == batch and not torch.equal(w[i : i + 1], a) for w, a in zip(whole, alone(i))):
                 return i
     return None
 

@@ -25,12 +25,6 @@ if TYPE_CHECKING:
 __all__ = ["CustomOp", "OpMeta"]
 
 
-def _stub(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Mark a documentation stub on ``CustomOp``; stubs never count as a defined hook."""
-    fn.__opclass_stub__ = True  # type: ignore[attr-defined]
-    return fn
-
-
 _NATIVE = native.native_module()
 # With the native guard, OpMeta's call is C code that calls the class's generated function
 # directly; Python only runs for abstract classes and argument-binding errors.
@@ -42,6 +36,7 @@ else:
     _MetaBase = _NATIVE.MetaBase if _NATIVE is not None else type
 
 
+@shield
 def _call(cls: Any, *args: Any, **kwargs: Any) -> Any:
     call = cls._opclass_call
     if call is None:
@@ -60,9 +55,6 @@ def _call(cls: Any, *args: Any, **kwargs: Any) -> Any:
             if record.op is not None:
                 return record.op(*args, **kwargs)
         raise
-
-
-shield(_call)
 
 
 class OpMeta(_MetaBase):
@@ -92,10 +84,8 @@ class OpMeta(_MetaBase):
             # The class's call is its __new__ (see above): keep the two in step.
             if value is None:
                 new: Any = CustomOp.__dict__["__new__"]  # an abstract base: its error
-            elif getattr(value, "__opclass_new__", False):
-                new = staticmethod(value)
-            else:
-                new = staticmethod(_forwarding_new(value))  # a replaced class's redirect
+            else:  # a generated __new__, or a replaced class's redirect
+                new = staticmethod(value if getattr(value, "__opclass_new__", False) else _forwarding_new(value))
             super().__setattr__("__new__", new)
         if name == "__call__":
             shown = cls.__qualname__.rpartition("<locals>.")[2]
@@ -152,12 +142,10 @@ def _live_record(cls: Any) -> OpRecord:
     record: OpRecord | None = cls.__dict__.get("_opclass_record")
     if record is None:
         raise AttributeError(f"{cls.__qualname__} is an abstract op base: it defines no kernel, so it is no op")
-    if not record.live:
-        live = records.lookup(record.qualname)
-        if live is None:
-            raise AttributeError(f"{record.qualname} was removed; define {cls.__qualname__} again to use it")
-        return live
-    return record
+    live = record if record.live else records.lookup(record.qualname)
+    if live is None:
+        raise AttributeError(f"{record.qualname} was removed; define {cls.__qualname__} again to use it")
+    return live
 
 
 class CustomOp(metaclass=OpMeta):
@@ -245,9 +233,10 @@ def _stubs() -> None:
                 raise NotImplementedError
 
             stub.__name__, stub.__qualname__ = name, f"CustomOp.{name}"
+            stub.__opclass_stub__ = True  # type: ignore[attr-defined]
             doc = hook.doc.replace("*", "\\*")  # reST: a lone * starts emphasis
             stub.__doc__ = f"The ``{name}`` hook: {doc}. The hooks table (docs/guide/hooks.md) says what it registers."
-            setattr(CustomOp, name, staticmethod(_stub(stub)))
+            setattr(CustomOp, name, staticmethod(stub))
 
 
 # Here, not in the package's __init__ (which imports nothing, for opclass.mypy): any op class needs

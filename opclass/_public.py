@@ -9,15 +9,19 @@ Example:
 
 from __future__ import annotations
 
-from opclass._op import CustomOp, OpMeta
-from opclass.core.names import DEVICE_TYPES
-from opclass.core.native import guard_backend, guard_info
-from opclass.decompose import decompositions
-from opclass.define.annotations import SUPPORTED_TYPES, Int, SchemaType
-from opclass.define.hookspec import Hook, HookContext, hooks, register_hook, unregister_hook
-from opclass.errors import OpDefinitionError
-from opclass.builtin_hooks.kernels import device_hook
-from opclass.install.record import OpRecord
-from opclass.lifecycle import remove, remove_namespace
-from opclass.builtin_hooks.providers import provider
-from opclass.providers import add_provider, explain_providers, remove_provider, set_provider_mode, set_provider_order, tune_providers, use_providers
+# "X as X": re-exported, for the type checkers that see opclass's names through this module.
+from opclass._op import CustomOp as CustomOp, OpMeta as OpMeta
+from opclass.core.names import DEVICE_TYPES as DEVICE_TYPES
+from opclass.core.native import guard_backend as guard_backend, guard_info as guard_info
+from opclass.decompose import decompositions as decompositions
+from opclass.define.annotations import SUPPORTED_TYPES as SUPPORTED_TYPES, Int as Int, SchemaType as SchemaType
+from opclass.define.hookspec import Hook as Hook, HookContext as HookContext, hooks as hooks
+from opclass.define.hookspec import register_hook as register_hook, unregister_hook as unregister_hook
+from opclass.errors import OpDefinitionError as OpDefinitionError
+from opclass.builtin_hooks.kernels import device_hook as device_hook
+from opclass.install.record import OpRecord as OpRecord
+from opclass.lifecycle import remove as remove, remove_namespace as remove_namespace
+from opclass.builtin_hooks.providers import provider as provider
+from opclass.providers import add_provider as add_provider, explain_providers as explain_providers, remove_provider as remove_provider
+from opclass.providers import set_provider_mode as set_provider_mode, set_provider_order as set_provider_order
+from opclass.providers import tune_providers as tune_providers, use_providers as use_providers

@@ -1,15 +1,13 @@
-"""Static typing for op calls: what pyright (and mypy, with ``opclass.mypy``) sees.
+"""Static typing for op calls: what pyright (and mypy, with ``opclass.mypy``) sees; never imported at runtime.
 
 pyright types ``MyOp(...)`` through ``OpMeta.__call__``, whose ``cls`` is :data:`Kernel`: a union
 of protocols, one per kernel hook in :data:`opclass.core.names.HOOK_KINDS` order, each with that
 one static method. pyright binds the class to the first member it matches, so a ParamSpec
 captures that kernel's parameters and return type. A class with no kernel matches only the last
 member, ``CustomOp``'s typing-only ``_abstract_op_base_has_no_kernel``, whose call is an error.
-The kernel hooks that make no op (``abstract``, ``reference``) are members too: an op extended
-with ``existing=True`` often defines only the fake kernel, and pyright cannot see the keyword
-(mypy's plugin can). One union rather than
-overloads, so pyright names the missing or mistyped argument, as mypy does. Never imported at
-runtime.
+``abstract`` and ``reference`` (no op of their own) are members too: an ``existing=True`` class
+often defines only the fake kernel, a keyword pyright cannot see. One union rather than
+overloads, so pyright names the missing or mistyped argument, as mypy does.
 """
 
 from __future__ import annotations

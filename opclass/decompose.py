@@ -2,10 +2,8 @@
 
 An op stays one opaque node for eager calls, ``torch.compile`` and graph transforms. A runtime
 without Python (an AOTInductor package, torch's C++ loader) cannot run a Python kernel, so at the
-moment of deployment the exported program is decomposed:
-``ep.run_decompositions(opclass.decompositions(MyOp))``. Each op decomposes into its
-``reference`` hook (the op written in torch ops, for ops whose kernels are NumPy, C++ or Triton),
-else into its ``default`` kernel, which must then be torch ops.
+moment of deployment the exported program is decomposed, each op into its torch-op
+``reference`` (or its ``default``): ``ep.run_decompositions(opclass.decompositions(MyOp))``.
 
 Example:
     >>> import torch, opclass
@@ -37,14 +35,12 @@ def decompositions(*ops: Any, base: MutableMapping[Any, Callable[..., Any]] | No
     is given as ``opclass.remove`` takes it: its class or its qualified name (``"ns::op"``), or
     as its ``OpOverload`` (``MyOp.op``, ``torch.ops.ns.op``).
 
-    An op decomposes into its ``reference`` hook, else its ``default`` kernel. Refused, with the
-    reason: an op that mutates an argument (a decomposition is functional), and an op with
-    neither (its device kernels may leave torch); with no ops given, such ops are left out of
-    the table instead (they stay one node each), and a warning names them with the reason.
-    Ops whose body is their only kernel (``composite``, ``autograd``) are left out: a trace runs
-    the body before any table is read, so they decompose into what it calls; given one with a
-    ``reference`` (which it would never decompose into), that is refused. A ``default`` that turns out to leave torch (NumPy) fails when the program is
-    decomposed, with an error naming the op and the fix.
+    An op decomposes into its ``reference`` hook, else its ``default`` kernel (one that leaves torch,
+    e.g. NumPy, fails when the program is decomposed, naming the op and the fix). Refused, with the
+    reason (with no ops given: left out, one node each, and named in a warning): an op that mutates
+    an argument (a decomposition is functional), and an op with neither (its kernels may leave torch). Ops whose body
+    is their only kernel (``composite``, ``autograd``) decompose into what the body calls (a
+    trace runs it before any table is read); one given with a ``reference`` is refused.
 
     Example:
         >>> import torch, opclass
@@ -64,7 +60,8 @@ def decompositions(*ops: Any, base: MutableMapping[Any, Callable[..., Any]] | No
     table: MutableMapping[Any, Callable[..., Any]] = {} if base is None else base
     opaque: list[str] = []
     for record in records:
-        if record.op is None or _decomposes_itself(record):
+        # A body that every trace runs (and no ``reference`` it could disagree with) decomposes itself.
+        if record.op is None or (record.decomposes and record.hooks.get("reference") is None):
             continue
         try:
             table[record.op] = _decomposition(record)
@@ -76,7 +73,6 @@ def decompositions(*ops: Any, base: MutableMapping[Any, Callable[..., Any]] | No
         warnings.warn(
             f"opclass.decompositions(): {len(opaque)} op(s) left out of the table stay one node each in a decomposed "
             "program, which a runtime without Python cannot run:\n  " + "\n  ".join(opaque),
-            UserWarning,
             stacklevel=2,
         )
     return table
@@ -97,12 +93,6 @@ def _record_of(op: Any) -> OpRecord:
     return record
 
 
-def _decomposes_itself(record: OpRecord) -> bool:
-    """The op's body is torch ops that every trace runs (a CompositeImplicitAutograd kernel, or
-    an only kernel at the Autograd key with no ``reference`` that it could disagree with)."""
-    return record.decomposes and record.hooks.get("reference") is None
-
-
 def _decomposition(record: OpRecord) -> Callable[..., Any]:
     if record.decomposes:
         # The body runs before any decomposition table is read (it is a kernel at an Autograd
@@ -116,21 +106,17 @@ def _decomposition(record: OpRecord) -> Callable[..., Any]:
         )
     if record.mutated:
         raise ValueError(
-            f"{record.qualname} ({record.cls_name}) mutates {', '.join(record.mutated_names)}, and a decomposition is "
-            "functional: leave the op out of the table (it stays one node, which needs its module at run time), "
-            "or make a functional op that returns new Tensors"
+            f"{record.qualname} ({record.cls_name}) mutates {', '.join(record.mutated_names)}, and a decomposition is functional: "
+            "leave the op out of the table (it stays one node, which needs its module at run time), or make a functional op that returns new Tensors"
         )
-    if record.hooks.get("reference") is not None:
-        fn, hook = record.hooks["reference"], "reference"
-    elif record.hooks.get("default") is not None:
-        fn, hook = record.hooks["default"], "default"
-    else:
+    hook = next((h for h in ("reference", "default") if record.hooks.get(h) is not None), "")
+    if not hook:
         kernels = ", ".join(f"{record.cls_name}.{k.hook}" for k in record.kernels.values()) or "none"
         raise ValueError(
             f"{record.qualname} ({record.cls_name}) has no decomposition: its kernels ({kernels}) may leave torch "
             f"(NumPy, C++, Triton). Define {record.cls_name}.reference: the same computation in torch ops"
         )
-    where, cls_name = record.where(hook), record.cls_name
+    fn, where, cls_name = record.hooks[hook], record.where(hook), record.cls_name
 
     def decomposition(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -139,8 +125,7 @@ def _decomposition(record: OpRecord) -> Callable[..., Any]:
             if not needs_real_data(e):
                 raise
             raise RuntimeError(
-                f"{where} cannot be traced into torch ops ({first_line(e)}): "
-                f"define {cls_name}.reference, the same computation in torch ops"
+                f"{where} cannot be traced into torch ops ({first_line(e)}): define {cls_name}.reference, the same computation in torch ops"
             ) from e
 
     decomposition.__qualname__ = decomposition.__name__ = f"{cls_name}_{hook}"

@@ -34,14 +34,8 @@ class OpDefinitionError(TypeError):
     """
 
     def __init__(self, cls_name: str, hook: str | None, where: str, problem: str, fix: str = "") -> None:
-        self.cls_name = cls_name
-        self.hook = hook
-        self.problem = problem
-        self.fix = fix
-        message = f"{where}: {problem}"
-        if fix:
-            message += f"; {fix}"
-        super().__init__(message)
+        self.cls_name, self.hook, self.problem, self.fix = cls_name, hook, problem, fix
+        super().__init__(f"{where}: {problem}" + (f"; {fix}" if fix else ""))
 
 
 def format_annotation(annotation: Any) -> str:
@@ -54,35 +48,22 @@ def format_annotation(annotation: Any) -> str:
     return re.sub(r"(?<![\w.])SchemaType\(", "opclass.SchemaType(", text)
 
 
-class _Text:
+class _Text(str):
     """An annotation shown as its text: ``inspect`` prints ``repr`` of non-type annotations."""
 
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def __repr__(self) -> str:
-        return self.text
-
-
-def format_signature(fn: Any) -> str:
-    """``(x: Tensor, n: int = 2) -> Tensor`` for ``fn``, or ``(...)`` if it has none."""
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return "(...)"
-    params = [
-        p if p.annotation is p.empty else p.replace(annotation=_Text(format_annotation(p.annotation)))
-        for p in sig.parameters.values()
-    ]
-    ret = sig.return_annotation
-    if ret is not sig.empty:
-        ret = _Text(format_annotation(ret))
-    return str(sig.replace(parameters=params, return_annotation=ret))
+    __repr__ = str.__str__
 
 
 def formatdef(cls_name: str, hook: str, fn: Any) -> str:
-    """``Cls.hook(x: Tensor) -> Tensor``: where an error points in the user's class."""
-    return f"{cls_name}.{hook}{format_signature(fn)}"
+    """``Cls.hook(x: Tensor) -> Tensor``: where an error points in the user's class (``Cls.hook(...)``
+    for a ``fn`` with no signature)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return f"{cls_name}.{hook}(...)"
+    params = [p if p.annotation is p.empty else p.replace(annotation=_Text(format_annotation(p.annotation))) for p in sig.parameters.values()]
+    ret = sig.return_annotation if sig.return_annotation is sig.empty else _Text(format_annotation(sig.return_annotation))
+    return f"{cls_name}.{hook}{sig.replace(parameters=params, return_annotation=ret)}"
 
 
 def definition_error(cls_name: str, hook: str | None, value: Any, problem: str, fix: str = "") -> OpDefinitionError:
@@ -95,12 +76,10 @@ def definition_error(cls_name: str, hook: str | None, value: Any, problem: str, 
 def did_you_mean(name: str, candidates: Iterable[str], aliases: dict[str, str] | None = None) -> str | None:
     """The candidate ``name`` most likely misspells, if any (case slips, aliases, near misses)."""
     candidates = list(candidates)
-    if aliases and name.lower() in aliases and aliases[name.lower()] in candidates:
-        return aliases[name.lower()]
-    lowered = {c.lower(): c for c in candidates}
-    if name.lower() in lowered:
-        return lowered[name.lower()]
-    close = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.75)
+    key, lowered = name.lower(), {c.lower(): c for c in candidates}
+    if aliases and aliases.get(key) in candidates:
+        return aliases[key]
+    close = [key] if key in lowered else difflib.get_close_matches(key, list(lowered), n=1, cutoff=0.75)
     return lowered[close[0]] if close else None
 
 
@@ -118,29 +97,19 @@ def raised_by_torch(e: BaseException) -> bool:
     if tb is None:
         return True
     code = tb.tb_frame.f_code
-    if f"{os.sep}torch{os.sep}" in code.co_filename:
-        return True
-    return dis.opname[code.co_code[tb.tb_lasti]] != "RAISE_VARARGS"
-
-
-def named(e: BaseException, where: str, fix: str = "") -> BaseException:
-    """``e`` of the same type with ``where`` (the op and the hook) and the ``fix`` on its first
-    line, for a torch error raised inside a hook (``raise named(e, ...) from e``); ``e`` itself
-    where its type cannot be made from a message, or it names ``where`` already."""
-    text = str(e)
-    if text.startswith(where):
-        return e
-    first, _, rest = text.partition("\n")
-    try:
-        new = type(e)(f"{where}: " + (f"{first.rstrip('.')}; {fix}" if fix else first) + (f"\n{rest}" if rest else ""))
-    except Exception:  # noqa: BLE001 - an exception type with a constructor of its own
-        return e
-    return new.with_traceback(e.__traceback__)
+    return f"{os.sep}torch{os.sep}" in code.co_filename or dis.opname[code.co_code[tb.tb_lasti]] != "RAISE_VARARGS"
 
 
 def reraise(e: BaseException, where: str, fix: str = "") -> NoReturn:
-    """Raise :func:`named` ``(e, where, fix)``, chained to ``e`` (``e`` itself where it cannot be named)."""
-    new = named(e, where, fix)
-    if new is e:
+    """Raise ``e`` (a torch error raised inside a hook) as the same type with ``where`` (the op and
+    the hook) and the ``fix`` on its first line, chained to ``e``; ``e`` itself where its type
+    cannot be made from a message, or it names ``where`` already."""
+    text = str(e)
+    first, _, rest = text.partition("\n")
+    try:
+        new = None if text.startswith(where) else type(e)(f"{where}: " + (f"{first.rstrip('.')}; {fix}" if fix else first) + (f"\n{rest}" if rest else ""))
+    except Exception:  # noqa: BLE001 - an exception type with a constructor of its own
+        new = None
+    if new is None:
         raise e
-    raise new from e
+    raise new.with_traceback(e.__traceback__) from e

@@ -64,7 +64,6 @@ def define(cls: type, given: dict[str, Any], unknown: dict[str, Any]) -> None:
                     records.destroy(old)
                     _restore(old)
                 raise
-            assert record is not None
             # Armed before it is live: a replaced class's call follows the live record to its class.
             record.owner = weakref.ref(cls)
             classcall.arm(record, cls)
@@ -87,22 +86,27 @@ def _restore(old: records.OpRecord) -> None:
         classcall.arm(restored, before)
 
 
-def redefine(record: records.OpRecord) -> None:
+def redefine(record: records.OpRecord, undo: Callable[[], object] = lambda: None) -> None:
     """Define the class of ``record`` again, as its class statement did (what is added to an op
     from outside its class, such as a provider, takes effect): validated anew, installed anew;
-    if anything fails, the op stays as it was."""
-    cls = record.owner()
-    if cls is None:
-        raise RuntimeError(f"{record.qualname}: its class is gone; define it again")
-    define(cls, cls._opclass_given, {})
+    if anything fails, ``undo()`` takes back what was added and the op stays as it was."""
+    try:
+        cls = record.owner()
+        if cls is None:
+            raise RuntimeError(f"{record.qualname}: its class is gone; define it again")
+        define(cls, cls._opclass_given, {})
+    except BaseException:
+        undo()
+        raise
 
 
 def refresh(record: records.OpRecord) -> None:
-    """A hook changed what ``record``'s plain calls run (its kernels): plan the call again and
-    arm the class again; the dispatcher's registrations stay."""
+    """The process-wide provider orders or mode changed: compile ``record``'s choice again, plan
+    the call again and arm the class again; the dispatcher's registrations stay."""
     with records.LOCK:
         if not record.live or record.lib is None:
             return
+        record.table.refresh()
         record.plan = build_plan(record, record.lib.registrations)
         record.functions = None
         cls = record.owner()
@@ -148,11 +152,10 @@ def _switch_to_native(activate: Callable[[], None]) -> int:
     """The native guard is built: use it, and arm every live class again for it."""
     with records.LOCK:
         activate()
-        classes = [(record, record.owner()) for record in records.live_records()]
+        classes = [(record, cls) for record in records.live_records() if (cls := record.owner()) is not None]
         for record, cls in classes:
-            if cls is not None:
-                classcall.arm(record, cls)
-        return sum(cls is not None for _, cls in classes)
+            classcall.arm(record, cls)
+        return len(classes)
 
 
 def _warn_if_other_owner(old: records.OpRecord, owner: type) -> None:

@@ -15,29 +15,12 @@ Example:
 
 from __future__ import annotations
 
-import inspect
 import typing
 from typing import Any, Callable
 
 from mypy.errorcodes import ARG_TYPE, CALL_ARG
-from mypy.nodes import (
-    ARG_NAMED,
-    ARG_NAMED_OPT,
-    ARG_OPT,
-    ARG_POS,
-    Argument,
-    ArgKind,
-    BytesExpr,
-    ComplexExpr,
-    Decorator,
-    EllipsisExpr,
-    FloatExpr,
-    IntExpr,
-    NameExpr,
-    StrExpr,
-    TypeInfo,
-    Var,
-)
+from mypy.nodes import ARG_NAMED, ARG_NAMED_OPT, ARG_OPT, ARG_POS, Argument, BytesExpr, ComplexExpr, Decorator, EllipsisExpr, FloatExpr, IntExpr, NameExpr
+from mypy.nodes import StrExpr, TypeInfo, Var
 from mypy.plugin import ClassDefContext, FunctionSigContext, Plugin, SemanticAnalyzerPluginInterface
 from mypy.plugins.common import add_method_to_class
 from mypy.semanal_shared import has_placeholder
@@ -57,6 +40,8 @@ _BACKENDS = frozenset(name for name, kind in HOOK_KINDS.items() if kind == "back
 _NOT_BACKENDS = frozenset(HOOK_KINDS) - _BACKENDS
 # Literal expressions that cannot be a str keyword, and the type mypy would name.
 _NOT_STR: dict[type, str] = {IntExpr: "int", FloatExpr: "float", BytesExpr: "bytes", ComplexExpr: "complex"}
+# A parameter's mypy kind by (keyword-only, has a default).
+_KINDS = {(False, False): ARG_POS, (False, True): ARG_OPT, (True, False): ARG_NAMED, (True, True): ARG_NAMED_OPT}
 
 
 class OpclassPlugin(Plugin):
@@ -70,15 +55,11 @@ class OpclassPlugin(Plugin):
 
     def get_base_class_hook(self, fullname: str) -> Callable[[ClassDefContext], None] | None:
         info = self._info(fullname)
-        if info is not None and (info.fullname == _CUSTOM_OP or info.has_base(_CUSTOM_OP)):
-            return _add_signature
-        return None
+        return _add_signature if info is not None and (info.fullname == _CUSTOM_OP or info.has_base(_CUSTOM_OP)) else None
 
     def get_function_signature_hook(self, fullname: str) -> Callable[[FunctionSigContext], FunctionLike] | None:
         info = self._info(fullname)
-        if info is not None and (info.fullname == _CUSTOM_OP or info.metadata.get(_META, {}).get("abstract")):
-            return _abstract_call
-        return None
+        return _abstract_call if info is not None and (info.fullname == _CUSTOM_OP or info.metadata.get(_META, {}).get("abstract")) else None
 
     def _info(self, fullname: str) -> TypeInfo | None:
         sym = self.lookup_fully_qualified(fullname)
@@ -128,23 +109,12 @@ def _check_keywords(ctx: ClassDefContext) -> None:
     for key, expr in ctx.cls.keywords.items():
         if key == "metaclass":
             continue
-        where = 'for "__init_subclass__" of "CustomOp"'
         if key not in CLASS_KEYWORDS:
-            ctx.api.fail(f'Unexpected keyword argument "{key}" {where}', expr, code=CALL_ARG)
-        elif key == "existing" and (type(expr) in _NOT_STR or isinstance(expr, StrExpr)):
+            ctx.api.fail(f'Unexpected keyword argument "{key}" for "__init_subclass__" of "CustomOp"', expr, code=CALL_ARG)
+        elif key in ("existing", "name", "namespace", "schema") and (type(expr) in _NOT_STR or (key == "existing" and isinstance(expr, StrExpr))):
             found = "str" if isinstance(expr, StrExpr) else _NOT_STR[type(expr)]
-            ctx.api.fail(
-                f'Argument "existing" to "__init_subclass__" of "CustomOp" has incompatible type "{found}"; expected "bool | None"',
-                expr,
-                code=ARG_TYPE,
-            )
-        elif key in ("name", "namespace", "schema") and type(expr) in _NOT_STR:
-            found = _NOT_STR[type(expr)]
-            ctx.api.fail(
-                f'Argument "{key}" to "__init_subclass__" of "CustomOp" has incompatible type "{found}"; expected "str | None"',
-                expr,
-                code=ARG_TYPE,
-            )
+            expected = "bool | None" if key == "existing" else "str | None"
+            ctx.api.fail(f'Argument "{key}" to "__init_subclass__" of "CustomOp" has incompatible type "{found}"; expected "{expected}"', expr, code=ARG_TYPE)
 
 
 def _kernel_signature(info: TypeInfo) -> CallableType | None:
@@ -154,8 +124,7 @@ def _kernel_signature(info: TypeInfo) -> CallableType | None:
     for klass in info.mro:
         if klass.fullname == _CUSTOM_OP:
             break
-        names = [*_KERNELS, *(n for n in klass.names if not n.startswith("_") and n not in _NOT_BACKENDS and n not in _KERNELS)]
-        for hook in names:
+        for hook in [*_KERNELS, *(n for n in klass.names if not n.startswith("_") and n not in HOOK_KINDS)]:
             sym = klass.names.get(hook)
             node = sym.node if sym is not None else None
             if isinstance(node, Decorator) and node.func.is_static and isinstance(node.func.type, CallableType):
@@ -170,20 +139,15 @@ def _is_abstract(info: TypeInfo) -> bool:
         if klass.fullname == _CUSTOM_OP:
             return True
         for name, sym in klass.names.items():
-            if name in _BACKENDS:
-                return False
-            if isinstance(sym.node, Decorator) and sym.node.func.is_static and not name.startswith("_") and name not in _NOT_BACKENDS:
+            if name in _BACKENDS or (isinstance(sym.node, Decorator) and sym.node.func.is_static and not name.startswith("_") and name not in _NOT_BACKENDS):
                 return False
     return True
 
 
 def _abstract_call(ctx: FunctionSigContext) -> FunctionLike:
     name = ctx.default_signature.name or "CustomOp"
-    ctx.api.fail(
-        f'"{name}" is an abstract op base (it defines no kernel such as cpu, cuda or default); '
-        "subclass it and define a kernel to make an op",
-        ctx.context,
-    )
+    message = f'"{name}" is an abstract op base (it defines no kernel such as cpu, cuda or default); subclass it and define a kernel to make an op'
+    ctx.api.fail(message, ctx.context)
     return ctx.default_signature
 
 
@@ -199,20 +163,10 @@ def _schema_signature(api: SemanticAnalyzerPluginInterface, text: str) -> Callab
         sig = _schema.python_signature(Arguments.of(parsed), parsed)
     except Exception:
         return None  # the runtime reports the bad schema; the call stays unchecked
-    kinds: list[ArgKind] = []
-    for p in sig.parameters.values():
-        optional = p.default is not inspect.Parameter.empty
-        if p.kind is inspect.Parameter.KEYWORD_ONLY:
-            kinds.append(ARG_NAMED_OPT if optional else ARG_NAMED)
-        else:
-            kinds.append(ARG_OPT if optional else ARG_POS)
-    return CallableType(
-        [_mypy_type(api, p.annotation) for p in sig.parameters.values()],
-        kinds,
-        list(sig.parameters),
-        _mypy_type(api, sig.return_annotation),
-        api.named_type("builtins.function"),
-    )
+    params = sig.parameters.values()
+    kinds = [_KINDS[p.kind is p.KEYWORD_ONLY, p.default is not p.empty] for p in params]
+    types = [_mypy_type(api, p.annotation) for p in params]
+    return CallableType(types, kinds, list(sig.parameters), _mypy_type(api, sig.return_annotation), api.named_type("builtins.function"))
 
 
 def _mypy_type(api: SemanticAnalyzerPluginInterface, ann: Any) -> Type:
@@ -226,8 +180,5 @@ def _mypy_type(api: SemanticAnalyzerPluginInterface, ann: Any) -> Type:
         return TupleType([_mypy_type(api, a) for a in args], api.named_type("builtins.tuple", [AnyType(TypeOfAny.special_form)]))
     if origin is list:
         return api.named_type("builtins.list", [_mypy_type(api, args[0])])
-    if isinstance(ann, type):
-        found = api.named_type_or_none(f"{ann.__module__}.{ann.__qualname__}".replace("torch.Tensor", "torch._tensor.Tensor"))
-        if found is not None:
-            return found
-    return AnyType(TypeOfAny.special_form)
+    found = api.named_type_or_none(f"{ann.__module__}.{ann.__qualname__}".replace("torch.Tensor", "torch._tensor.Tensor")) if isinstance(ann, type) else None
+    return found if found is not None else AnyType(TypeOfAny.special_form)

@@ -35,8 +35,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"opclass: native guard not built ({type(e).__name__}: {e}); using the Python guard", file=sys.stderr)
             return 0
         # torch's extension loader rebuilds only when the source or flags changed.
-        reused = path == before and path.stat().st_mtime_ns == stamp
-        print(f"opclass: native guard {'up to date (nothing to rebuild)' if reused else 'built'}: {path}")
+        print(f"opclass: native guard {'up to date (nothing to rebuild)' if path == before and path.stat().st_mtime_ns == stamp else 'built'}: {path}")
         _native.load()
     print(f"opclass: guard {_native.guard_info()}")
     return 0

@@ -1,7 +1,7 @@
 """Choosing among an op's providers, from code: orders and modes (process-wide or for a block),
 providers added to an op from another module, what runs for given arguments and why, and tuning.
-The providers hook: :mod:`opclass.builtin_hooks.providers`; the choice on every call:
-:mod:`opclass.builtin_hooks.choice`.
+The providers hook: :mod:`opclass.builtin_hooks.providers`; the choice on every call: the
+op's kernel table, :mod:`opclass.install.table`; the orders and modes: :mod:`opclass.install.orders`.
 
 Example:
     >>> import torch, opclass
@@ -30,9 +30,11 @@ from typing_extensions import ParamSpec, TypeVar
 import torch
 
 from opclass import lifecycle
-from opclass.builtin_hooks import choice
+from opclass._samples import samples_of
 from opclass.builtin_hooks import providers as hook
+from opclass.install import orders as state
 from opclass.install import record as records
+from opclass.install.table import KernelTable, describe_call
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -48,12 +50,11 @@ def _record(op: Any) -> records.OpRecord:
     return record
 
 
-def _table(op: Any) -> choice.Table:
+def _table(op: Any) -> KernelTable:
     record = _record(op)
-    table = choice.table_of(record)
-    if table is None:
+    if not record.table.has_providers:
         raise ValueError(f"{record.qualname} ({record.cls_name}) has no providers: declare some with @opclass.provider, or opclass.add_provider")
-    return table
+    return record.table
 
 
 def add_provider(
@@ -93,15 +94,8 @@ def add_provider(
     marked = mark(fn).__func__  # type: ignore[attr-defined]
     marked.__name__ = marked.__qualname__ = name
     with records.LOCK:
-        added = hook.ADDED.setdefault(record.qualname, {})
-        if name in added:
-            raise ValueError(f"{record.qualname} has a provider {name!r} added already: remove_provider({name!r}) first")
-        added[name] = marked
-        try:
-            lifecycle.redefine(record)
-        except BaseException:
-            added.pop(name, None)
-            raise
+        hook.add(record.qualname, name, marked)
+        lifecycle.redefine(record, undo=lambda: hook.take(record.qualname, name))
 
 
 def remove_provider(op: Any, name: str) -> None:
@@ -109,22 +103,14 @@ def remove_provider(op: Any, name: str) -> None:
     the class body goes with the class). Example: in :func:`add_provider`."""
     record = _record(op)
     with records.LOCK:
-        added = hook.ADDED.get(record.qualname, {})
-        if name not in added:
-            raise ValueError(f"{record.qualname} has no provider {name!r} added with opclass.add_provider (it has: {', '.join(added) or 'none'})")
-        fn = added.pop(name)
-        try:
-            lifecycle.redefine(record)
-        except BaseException:
-            added[name] = fn
-            raise
+        fn = hook.take(record.qualname, name)
+        lifecycle.redefine(record, undo=lambda: hook.add(record.qualname, name, fn))
 
 
 def _refresh_all() -> None:
     with records.LOCK:
-        for record in list(choice.TABLES):
-            if record.live:
-                hook.refresh(record)
+        for record in records.live_records():
+            if record.table.has_providers:
                 lifecycle.refresh(record)
 
 
@@ -147,13 +133,7 @@ def set_provider_order(op: Any, names: Sequence[str] | None) -> None:
         >>> opclass.remove(DocsOrder)
     """
     table = _table(op)
-    qualname = table.record.qualname
-    if names is None:
-        choice.CODE_ORDERS.pop(qualname, None)
-    else:
-        order = tuple(names)
-        table.check_order(choice.State({qualname: order}), "opclass.set_provider_order")
-        choice.CODE_ORDERS[qualname] = order
+    state.set_order(table.qualname, None if names is None else table.check_order(names, "opclass.set_provider_order"))
     _refresh_all()
 
 
@@ -166,35 +146,26 @@ def set_provider_mode(*, batch_invariant: bool = False, deterministic: bool = Fa
         >>> opclass.set_provider_mode(batch_invariant=True)
         >>> opclass.set_provider_mode()
     """
-    choice.CODE_MODE[0] = frozenset(f for f, on in zip(choice.FLAGS, (batch_invariant, deterministic)) if on)
+    state.set_mode(frozenset(f for f, on in zip(state.FLAGS, (batch_invariant, deterministic)) if on))
     _refresh_all()
 
 
 @contextlib.contextmanager
 def use_providers(orders: Mapping[Any, Sequence[str]] | None = None, *, batch_invariant: bool = False, deterministic: bool = False) -> Iterator[None]:
-    """For the calls of this thread inside the block: these orders (op class or ``"ns::op"`` ->
-    provider names), and the mode restricted to providers with these flags. Nestable; the
-    innermost block wins. Other threads are unaffected; meanwhile their plain calls of ops with
-    providers take the dispatcher, which reads each thread's blocks.
+    """For the calls made inside the block in its context (its thread, or its asyncio task: a
+    ``contextvars`` context): these orders (op class or ``"ns::op"`` -> provider names), and the
+    mode restricted to providers with these flags. Nestable; the innermost block wins. Other
+    threads and tasks are unaffected, and so are the ops the block does not concern: their
+    plain calls keep their fast path.
 
     Example: in the module docstring.
     """
     found = {}
     for op, names in (orders or {}).items():
         table = _table(op)
-        found[table.record.qualname] = tuple(names)
-        table.check_order(choice.State({table.record.qualname: tuple(names)}), "opclass.use_providers")
-    mode = frozenset(f for f, on in zip(choice.FLAGS, (batch_invariant, deterministic)) if on)
-    stack = choice.local_overrides()
-    stack.append(choice.State(found, mode))
-    with choice.GATE_LOCK:
-        choice.GATE[0] += 1
-    try:
+        found[table.qualname] = table.check_order(names, "opclass.use_providers")
+    with state.block(state.State(found, frozenset(f for f, on in zip(state.FLAGS, (batch_invariant, deterministic)) if on))):
         yield
-    finally:
-        stack.pop()
-        with choice.GATE_LOCK:
-            choice.GATE[0] -= 1
 
 
 def explain_providers(op: Any, *args: Any, **kwargs: Any) -> str:
@@ -202,20 +173,12 @@ def explain_providers(op: Any, *args: Any, **kwargs: Any) -> str:
     not; with no arguments, the providers and their order. Example: in the module docstring."""
     table = _table(op)
     record = table.record
-    state = choice.current_state()
     if not args and not kwargs:
-        return "\n".join([f"{record.qualname}: providers in order", *(f"  {e.name} ({_where(e)})" for e in table.ordered(state))])
-    device = next((t.device.type for t in record.arguments.tensors(args, kwargs)), None)
-    if device is None:
-        device = next((torch.device(v).type for a, v in zip(record.arguments, record.arguments.values(args, kwargs)) if a.jit == "Device" and v is not None), None)
-    slot = device if device in table.slots else None
-    lines = [f"{record.qualname}({choice.describe_call(record, args, kwargs)}) on {device}:"]
-    lines += [f"  {e.name} ({_where(e)}): {'runs' if why is None else why}" for e, why in table.declined(slot, state, args, kwargs)]
+        return "\n".join([f"{record.qualname}: providers in order", *(f"  {e.name} ({e.runs_where})" for e in table.ranked(state.current()))])
+    device = record.arguments.device_of(args, kwargs)
+    lines = [f"{record.qualname}({describe_call(record, args, kwargs)}) on {device}:"]
+    lines += [f"  {e.name} ({e.runs_where}): {why or 'runs'}" for e, why in table.now(device if device in table.kernels else None).explain(args, kwargs)]
     return "\n".join(lines)
-
-
-def _where(e: choice.Entry) -> str:
-    return ", ".join(e.options.devices) if e.options.devices else "any device"
 
 
 def tune_providers(op: Any, samples: Iterable[Any] | None = None, *, min_run_time: float = 0.2, show: bool = True) -> list[str]:
@@ -238,27 +201,25 @@ def tune_providers(op: Any, samples: Iterable[Any] | None = None, *, min_run_tim
     """
     import torch.utils.benchmark as bench
 
-    from opclass.testing import _samples
-
     table = _table(op)
     record = table.record
-    found = _samples(record.owner(), None if samples is None else list(samples))
+    found = samples_of(record.owner(), None if samples is None else list(samples))
     times: dict[str, dict[int, float]] = {e.name: {} for e in table.entries}
     for i, sample in enumerate(found):
         args, kwargs = sample.args, sample.kwargs
-        full = record.arguments.complete(args, kwargs)
-        device = next((t.device.type for t in record.arguments.tensors(args, kwargs)), None)
+        device = record.arguments.device_of(args, kwargs)
+        slot = device if device in table.kernels else None
         for e in table.entries:
-            if e.runs_on(device) and e.available()[0] and (e.options.supports is None or e.options.supports(*full[0], **full[1])):
+            # Does e run this sample when it is the only provider in the order?
+            if table.choice(slot, state.State({table.qualname: (e.name,)})).pick(args, kwargs) is e:
                 timer = bench.Timer("fn(*args, **kwargs)", globals={"fn": e.checked, "args": args, "kwargs": kwargs})
                 times[e.name][i] = timer.blocked_autorange(min_run_time=min_run_time).median * 1e6
     base = times.get("default", {})
     speedup = {name: statistics.geometric_mean([base[i] / us for i, us in ts.items() if i in base] or [1.0]) for name, ts in times.items() if ts}
     order = sorted(speedup, key=lambda name: -speedup[name])
     if show:
-        labels = [s.name or str(i) for i, s in enumerate(found)]
         print(f"{record.qualname}: us per call (speed-up over default on the samples each takes)")
-        print(f"  {'provider':<16}" + "".join(f"{label:>14}" for label in labels) + f"{'speed-up':>10}")
+        print(f"  {'provider':<16}" + "".join(f"{s.name or str(i):>14}" for i, s in enumerate(found)) + f"{'speed-up':>10}")
         for name in order:
             cells = "".join(f"{times[name][i]:>14.2f}" if i in times[name] else f"{'declines':>14}" for i in range(len(found)))
             print(f"  {name:<16}{cells}{speedup[name]:>9.2f}x")

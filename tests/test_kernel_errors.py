@@ -448,7 +448,7 @@ WRONG_RESULTS: dict[str, WrongResult] = {
     "keyword_only_input_returned": WrongResult(_ret_kw, lambda x: x, RuntimeError, _ALIAS),
     "keyword_only_view_of_input_returned": WrongResult(_ret_kw, lambda x: x[1:], RuntimeError, _ALIAS),
     "keyword_only_none_for_tensor": WrongResult(_ret_kw, lambda x: None, RuntimeError, "{where} returned None, " + _TENSOR),
-    "one_of_two": WrongResult(_pair, lambda x: (x * 1,), RuntimeError, "{where}: the kernel returned 1 values, but the op's schema declares 2 outputs"),
+    "one_of_two": WrongResult(_pair, lambda x: (x * 1,), RuntimeError, "{where}: the kernel returned 1 value, but the op's schema declares 2 outputs"),
     "three_of_two_in_a_list": WrongResult(_pair, lambda x: [x * 1, x * 2, x * 3], RuntimeError, "{where}: the kernel returned 3 values, but the op's schema declares 2 outputs"),
     "bare_tensor_for_two": WrongResult(_pair, lambda x: x * 1, TypeError, "{where} returned a Tensor of shape (3,), but the op returns 2 values (-> tuple[Tensor, Tensor]): return a tuple of 2 values (return a, b), or declare one output (-> Tensor)"),
     "float_in_tuple": WrongResult(_pair, lambda x: (x * 1, 2.0), RuntimeError, "{where} returned a tuple (Tensor, float) whose item [1] is the float 2.0, but a Tensor belongs there (-> tuple[Tensor, Tensor]): return a Tensor (torch.tensor(2.0)), or annotate the kernels -> float if the op returns a number"),
@@ -595,7 +595,7 @@ def test_wrong_abstract_result_matches_the_dispatcher(ns: str, where: str, how: 
     assert outcomes[0] == outcomes[1]
     assert outcomes[0][0] is RuntimeError
     if how == "one":  # opclass's arity check, naming the op and the hook
-        assert outcomes[0][1] == f"{ns}::bad_abstract (BadAbstract.abstract): the kernel returned 1 values, but the op's schema declares 2 outputs"
+        assert outcomes[0][1] == f"{ns}::bad_abstract (BadAbstract.abstract): the kernel returned 1 value, but the op's schema declares 2 outputs"
 
 
 def _fake_returns_input(ns: str) -> Any:

@@ -79,6 +79,19 @@ def main(argv: list[str]) -> int:
 
         made["op"] = Scale
 
+    def define_with_provider() -> None:
+        class Provided(opclass.CustomOp, name="walk::provided"):
+            @staticmethod
+            def default(x: Tensor, k: float = 2.0) -> Tensor:
+                return x * k
+
+            @opclass.provider("cpu")
+            @staticmethod
+            def fast(x: Tensor, k: float = 2.0) -> Tensor:
+                return x * k
+
+        made["provided"] = Provided
+
     x, w = torch.ones(3), torch.ones(3, requires_grad=True)
     opclass.CustomOp  # noqa: B018 - the package's import is not part of any walk
     walks = {"class creation": walk(define)}
@@ -89,11 +102,13 @@ def main(argv: list[str]) -> int:
     compiled = torch.compile(lambda t: op(t), backend="aot_eager", fullgraph=True)
     walks["torch.compile, first call"] = walk(lambda: compiled(x))
     walks["torch.compile, later call"] = walk(lambda: compiled(x))
+    walks["class creation, an op with a provider"] = walk(define_with_provider)
     print(f"guard: {opclass.guard_info()}")
     for name, modules in walks.items():
         shown = modules if "--all" in argv else list(dict.fromkeys(modules))
         print(f"{name}: {len(modules) - 1} switches, {len(set(modules))} modules: {' -> '.join(shown)}")
     opclass.remove(op)
+    opclass.remove(made["provided"])
     return 0
 
 

@@ -34,28 +34,19 @@ _AUTOGRAD = ((_OWN_AUTOGRAD_KEYS, "an autograd kernel", "drop setup_context and 
 def _check_autograd(fn: Any, ctx: HookContext) -> None:
     if tagged_out(ctx.tags):
         ctx.fail("an op tagged torch.Tag.out cannot have an autograd formula", "remove setup_context and backward")
-    mutated = [a.name for a in ctx.arguments.written]
-    if mutated:
-        ctx.fail(
-            f"the op mutates {', '.join(mutated)}, and autograd formulas are only for functional ops",
-            "make a functional op (return new Tensors, no mutates_args) and give it the formula",
-        )
+    written = ctx.arguments.written
+    if written:
+        fix = "make a functional op (return new Tensors, no mutates_args) and give it the formula"
+        ctx.fail(f"the op mutates {', '.join(a.name for a in written)}, and autograd formulas are only for functional ops", fix)
 
 
 def _check_setup_context(fn: Any, ctx: HookContext) -> None:
     _check_autograd(fn, ctx)
-    params = memo.signature(fn).parameters
-    names = list(params)
+    names = list(memo.signature(fn).parameters)
     has_kw_only = bool(ctx.arguments.keyword_only)
     if has_kw_only and names == ["ctx", "inputs", "output"]:
-        ctx.fail(
-            "the op has keyword-only arguments, which setup_context would not see",
-            "write setup_context(ctx, inputs, keyword_only_inputs, output)",
-        )
-    if "keyword_only_inputs" in names or has_kw_only:
-        expected = ["ctx", "inputs", "keyword_only_inputs", "output"]
-    else:
-        expected = ["ctx", "inputs", "output"]
+        ctx.fail("the op has keyword-only arguments, which setup_context would not see", "write setup_context(ctx, inputs, keyword_only_inputs, output)")
+    expected = ["ctx", "inputs", "keyword_only_inputs", "output"] if "keyword_only_inputs" in names or has_kw_only else ["ctx", "inputs", "output"]
     if names != expected:
         ctx.fail(f"takes ({', '.join(names)})", f"write setup_context({', '.join(expected)})")
 
@@ -67,10 +58,8 @@ def _check_backward(fn: Any, ctx: HookContext) -> None:
     if n is not None and n != 1 + outputs:
         # Count gradients, not parameters: ctx is not one, and "2 parameters, 2 outputs" reads as a match.
         took = "no parameters (not even ctx)" if n == 0 else f"ctx and {_count(n - 1, 'gradient')}"
-        ctx.fail(
-            f"takes {took}, but the op has {_count(outputs, 'output')}, so backward receives {_count(outputs, 'gradient')}",
-            f"write backward(ctx, {', '.join(f'grad{i}' for i in range(outputs)) or '*grads'}) with one gradient per output",
-        )
+        fix = f"write backward(ctx, {', '.join(f'grad{i}' for i in range(outputs)) or '*grads'}) with one gradient per output"
+        ctx.fail(f"takes {took}, but the op has {_count(outputs, 'output')}, so backward receives {_count(outputs, 'gradient')}", fix)
 
 
 def _count(n: int, noun: str) -> str:
@@ -138,10 +127,7 @@ def _install_vmap(record: OpRecord, fn: Callable[..., Any]) -> None:
 
 def _check_autocast(value: Any, ctx: HookContext) -> None:
     if not isinstance(value, collections.abc.Mapping) or not value:
-        ctx.fail(
-            f"must map device types to dtypes, got {value!r}",
-            "write autocast = {'cuda': torch.float16}",
-        )
+        ctx.fail(f"must map device types to dtypes, got {value!r}", "write autocast = {'cuda': torch.float16}")
     for device_type, dtype in value.items():
         try:
             available = isinstance(device_type, str) and _C._is_autocast_available(device_type)
@@ -154,10 +140,8 @@ def _check_autocast(value: Any, ctx: HookContext) -> None:
 
 
 def _cast(value: Any, device_type: str, dtype: torch.dtype) -> Any:
-    if isinstance(value, torch.Tensor):
-        if value.is_floating_point() and value.device.type == device_type and value.dtype is not torch.float64:
-            return value.to(dtype)
-        return value
+    if isinstance(value, torch.Tensor) and value.is_floating_point() and value.device.type == device_type and value.dtype is not torch.float64:
+        return value.to(dtype)
     if isinstance(value, (list, tuple)):
         return type(value)(_cast(v, device_type, dtype) for v in value)
     return value
@@ -171,8 +155,7 @@ def _install_autocast(record: OpRecord, value: dict[str, torch.dtype]) -> None:
     written = frozenset(a.index for a in record.arguments.written), frozenset(a.name for a in record.arguments.written)
     for device_type, dtype in value.items():
         key = "Autocast" + _C._dispatch_key_for_device(device_type)
-        kernel = record.kernel_for(device_type)
-        where = f"{kernel.where if kernel is not None else record.qualname}, given {dtype} by {record.cls_name}.autocast"
+        where = f"{record.table.own_where(device_type) or record.qualname}, given {dtype} by {record.cls_name}.autocast"
         record.lib.impl(record.overload_name(), _autocast_kernel(op, key, device_type, dtype, written, where), key, with_keyset=True)
 
 
@@ -218,16 +201,12 @@ def _check_samples(fn: Any, ctx: HookContext) -> None:
     except (TypeError, ValueError):
         return
     if any(p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
-        ctx.fail(
-            f"takes ({', '.join(p.name for p in params)}), but it is called with no arguments",
-            "write samples() with no parameters, returning or yielding opclass.testing.Sample(args, kwargs) or tuples of arguments",
-        )
+        fix = "write samples() with no parameters, returning or yielding opclass.testing.Sample(args, kwargs) or tuples of arguments"
+        ctx.fail(f"takes ({', '.join(p.name for p in params)}), but it is called with no arguments", fix)
 
 
 def _metadata(record: OpRecord, value: Any) -> None:
-    # reference and samples: read from record.hooks by opclass.decompositions and opclass.testing;
-    # no dispatcher registration, nothing the fast path reads.
-    pass
+    """Nothing to install: ``record.hooks`` holds it for its readers (backward's install, opclass.decompositions, opclass.testing)."""
 
 
 def _autocast_keys(value: Any) -> list[tuple[tuple[str, ...], str, str]]:
@@ -243,12 +222,10 @@ def _autocast_keys(value: Any) -> list[tuple[tuple[str, ...], str, str]]:
 
 def register_builtin_hooks() -> None:
     """Register opclass's hooks (import time). Order is installation order."""
-    register_hook(device_hook(None))
-    for device_type in DEVICE_TYPES:
+    for device_type in (None, *DEVICE_TYPES):
         register_hook(device_hook(device_type))
-    register_hook(abstract_hook())
-    register_hook(composite_hook())
-    register_hook(autograd_hook())
+    for make in (abstract_hook, composite_hook, autograd_hook):
+        register_hook(make())
     for name, install, check, requires, doc, aliases, fallback in (
         ("setup_context", _metadata, _check_setup_context, ("backward",), "save what backward needs: (ctx, inputs, output)", ("setup_ctx", "save_for_backward"), None),
         ("backward", _install_formula, _check_backward, ("setup_context",), "gradients of the inputs: (ctx, *grads)", ("backwards", "bwd"), _no_formula),

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 import torch
 from torch.utils._pytree import tree_leaves, tree_map_only
 
-from opclass.core.types import tensors_in
+from opclass.core.types import same_values, tensors_in
 from opclass.errors import first_line
 from opclass.install.fake import has_fake_kernel, says_no_fake_kernel
 
@@ -37,32 +37,16 @@ if TYPE_CHECKING:
 
 ENV = "OPCLASS_DEBUG"
 _MODES = threading.local()
-
-
 _ON, _OFF = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
 
 
 def enabled() -> bool:
-    """Whether ops defined now get the debug checks: ``OPCLASS_DEBUG`` read as people write a
-    switch (``1``/``true``/``yes``/``on``; unset, ``0``/``false``/``no``/``off``; any case);
-    anything else is refused rather than guessed."""
-    raw = os.environ.get(ENV, "")
-    value = raw.strip().lower()
-    if value in _OFF:
-        return False
-    if value in _ON:
-        return True
-    raise ValueError(f"{ENV}={raw!r} is not a switch: set it to 1 (or true, yes, on) for debug mode, to 0 (or false, no, off) or unset it for none")
-
-
-def wrap(record: OpRecord, hook: str, fn: Callable[..., Any], tolerances: Any = None, *, fake: bool = True) -> Callable[..., Any]:
-    """``fn`` as an install registers it: under the debug checks (:func:`debug_kernel`) where
-    debug mode is on, when ``repr(record)`` says so; else ``fn`` itself (nothing to pay)."""
-    if not enabled():
-        return fn
-    if _shown not in record.shown:
-        record.shown.append(_shown)
-    return debug_kernel(record, hook, fn, tolerances, fake=fake)
+    """Whether ops defined now get the debug checks: ``OPCLASS_DEBUG`` read as a switch (1/true/yes/on;
+    unset, 0/false/no/off; any case); anything else is refused rather than guessed."""
+    value = os.environ.get(ENV, "")
+    if value.strip().lower() in _ON + _OFF:
+        return value.strip().lower() in _ON
+    raise ValueError(f"{ENV}={value!r} is not a switch: set it to 1 (or true, yes, on) for debug mode, to 0 (or false, no, off) or unset it for none")
 
 
 def _shown() -> str:
@@ -105,33 +89,23 @@ def watched(spec: OpSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list
     ]
 
 
-def _same_values(before: torch.Tensor, after: torch.Tensor) -> bool:
-    if before.shape != after.shape or before.dtype != after.dtype:
-        return False
-    return torch.equal(before, after) or bool(((before == after) | ((before != before) & (after != after))).all())  # NaN stays NaN
-
-
 def undeclared_write(where: str, spec: OpSpec, before: list[Watched]) -> str | None:
     """The error for the first watched Tensor that was written to, or ``None``."""
     for name, t, version, values in before:
         if t._version != version:
             seen = "its version counter moved"
-        elif values is not None and not _same_values(values, t.detach()):
+        elif values is not None and not same_values(values, t.detach()):
             seen = "its values changed, though its version counter did not: a write torch cannot see, e.g. through .numpy()"
         else:
             continue
-        declared = (*spec.mutated_names, name)
-        keyword = f"mutates_args=({', '.join(repr(n) for n in declared)},)" if len(declared) == 1 else f"mutates_args={declared!r}"
+        keyword = f"mutates_args={(*spec.mutated_names, name)!r}"
         return (
-            f"{where} wrote to {name!r} ({seen}), but the op does not "
-            f"declare that it mutates {name!r}, so torch.compile, autograd and functionalization assume it is unchanged: "
+            f"{where} wrote to {name!r} ({seen}), but the op does not declare that it mutates {name!r}, "
+            "so torch.compile, autograd and functionalization assume it is unchanged: "
             f"add {keyword} to the class statement (class {spec.cls_name}(CustomOp, ..., {keyword})), "
             f"or write to a copy instead ({name} = {name}.clone() first)"
         )
     return None
-
-
-# --------------------------------------------------------------------------- the fake kernel
 
 
 def _meta(value: Any) -> str:
@@ -195,20 +169,25 @@ def fake_disagrees(record: OpRecord, where: str, args: tuple[Any, ...], kwargs: 
                 return None
             problem = f"disagrees with {where} on output {found[0]}: {found[1]}" if len(reals) > 1 else f"disagrees with {where}: {found[1]}"
     return (
-        f"{fake_where}: the fake kernel {problem}, called with {_arguments(record, args, kwargs)}. "
-        "torch.compile and torch.export trust the fake kernel: make it build outputs exactly as the kernel returns them "
-        "(e.g. torch.empty_like(x), x.new_empty(shape, dtype=...), torch.empty_strided(size, stride) for a layout "
-        "other than contiguous), or make the kernel return contiguous Tensors (.contiguous())"
+        f"{fake_where}: the fake kernel {problem}, called with {_arguments(record, args, kwargs)}. torch.compile and torch.export trust the fake kernel: "
+        "make it build outputs exactly as the kernel returns them (e.g. torch.empty_like(x), x.new_empty(shape, dtype=...), torch.empty_strided(size, stride) "
+        "for a layout other than contiguous), or make the kernel return contiguous Tensors (.contiguous())"
     )
 
 
-def debug_kernel(record: OpRecord, hook: str, fn: Callable[..., Any], tolerances: Any = None, *, fake: bool = True) -> Callable[..., Any]:
-    """``fn``, raising ``RuntimeError`` when it writes to an argument not in ``mutates_args`` or
+def wrap(record: OpRecord, hook: str, fn: Callable[..., Any], tolerances: Any = None, *, fake: bool = True) -> Callable[..., Any]:
+    """``fn`` as an install registers it: itself where debug mode is off (nothing to pay); else
+    ``fn`` raising ``RuntimeError`` when it writes to an argument not in ``mutates_args`` or
     (``fake``) returns what the fake kernel does not promise; for one of several kernels of the
     op (a provider: ``tolerances`` has its ``atol`` and ``rtol``), also when it disagrees with
     the op's reference (its ``reference``, else its ``default``) on the same inputs. A body
     (``fake=False``: the op's ``composite`` or ``autograd`` kernel, which also runs on traced
-    and batched Tensors) is checked where every Tensor it gets is a plain one."""
+    and batched Tensors) is checked where every Tensor it gets is a plain one. ``repr(record)``
+    says when debug mode is on."""
+    if not enabled():
+        return fn
+    if _shown not in record.shown:
+        record.shown.append(_shown)
     where = record.where(hook)
     reference = None if tolerances is None else record.hooks.get("reference") or record.hooks.get("default")
 

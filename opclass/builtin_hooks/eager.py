@@ -20,11 +20,13 @@ from torch import _C
 from opclass.core.compat import tagged_inplace, tagged_out
 from opclass.core.types import returns_of
 from opclass.define.hookspec import Hook, HookContext
+from opclass.define.schema import op_exists
 from opclass.errors import raised_by_torch, reraise
 from opclass.install.functions import AFTER_AUTOGRAD, Call, Formula, functions, top_level_differentiates
 from opclass.install.outputs import output_is_fresh
 from opclass.install.own_kernels import plain_keysets
-from opclass.install.record import Kernel, OpRecord, lookup
+from opclass.install.record import OpRecord, lookup
+from opclass.install.table import Kernel
 
 # What the dispatcher excludes below its Autograd kernels; the recompute must undo it.
 _AUTOGRAD_EXCLUSIONS = (
@@ -36,11 +38,6 @@ _AUTOGRAD_EXCLUSIONS = (
 )
 _GRADS = "opclass_grad_outputs"
 _NEEDS = "opclass_needs_input_grad"
-
-
-def backward_name(record: OpRecord) -> str:
-    """``name_eager_backward[.overload]``: the opaque backward op of an eager-autograd op."""
-    return f"{record.name}_eager_backward" + (f".{record.overload}" if record.overload else "")
 
 
 def eager_autograd_hook() -> Hook:
@@ -61,34 +58,25 @@ def _check(value: Any, ctx: HookContext) -> None:
         return
     if ctx.existing:
         ctx.fail("differentiates through opclass's own kernels, and this op was defined elsewhere", "give the op setup_context and backward instead")
-    written = [h for h in ("setup_context", "backward", "jvp") if h in ctx.defined]
-    if written:
+    if written := [h for h in ("setup_context", "backward", "jvp") if h in ctx.defined]:
         ctx.fail(
             f"differentiates through the kernel, but the class also defines {', '.join(written)}",
             "keep either eager_autograd = True or the formula (setup_context + backward), not both",
         )
     if tagged_out(ctx.tags) or tagged_inplace(ctx.tags):
         ctx.fail("is for functional ops, and this op is tagged inplace/out", "drop the tag, or write setup_context and backward")
-    mutated = [a.name for a in ctx.arguments.written]
-    if mutated:
+    if mutated := [a.name for a in ctx.arguments.written]:
         ctx.fail(f"is for functional ops, and this op mutates {', '.join(mutated)}", "return new Tensors instead of writing to inputs")
     returns = list(returns_of(ctx.schema))
     if not returns or any(r != "Tensor" for r in returns):
-        ctx.fail(
-            f"needs an op that returns Tensors, and this one returns ({', '.join(returns)})",
-            "return a Tensor or a tuple of Tensors",
-        )
+        ctx.fail(f"needs an op that returns Tensors, and this one returns ({', '.join(returns)})", "return a Tensor or a tuple of Tensors")
     if any(a.name in (_GRADS, _NEEDS) for a in ctx.arguments):
         ctx.fail(f"cannot be used with a parameter named {_GRADS} or {_NEEDS}", "rename the parameter")
-    ns, _, rest = ctx.qualname.partition("::")
-    name, _, overload = rest.partition(".")
-    backward = f"{ns}::{name}_eager_backward"
+    qualname, _, overload = ctx.qualname.partition(".")
+    backward = f"{qualname}_eager_backward"
     live = lookup(ctx.qualname)
-    if live is None or "eager_autograd" not in live.hooks:  # else the name is this op's own backward op
-        try:
-            torch._C._dispatch_find_schema_or_throw(backward, overload)
-        except RuntimeError:
-            return
+    # A live eager_autograd op of this name owns the backward op: taken by it, not by another.
+    if (live is None or "eager_autograd" not in live.hooks) and op_exists(backward, overload):
         ctx.fail(f"defines the op's backward op {backward}, and that name is taken by another op", f"give the op another name, or remove {backward}")
 
 
@@ -99,17 +87,16 @@ def _install(record: OpRecord, value: bool) -> None:
     record.autograd_kernel = eager_autograd_kernel
     record.functorch_entry = direct_entry(record)
     lib = record.lib
-    assert lib is not None
     text = record.schema_str
     params = text[1 : text.rindex(") ->")].strip()
     extra = f"Tensor[] {_GRADS}, bool[] {_NEEDS}"
     star = "" if record.arguments.keyword_only else "*, "
-    name = backward_name(record)
+    base = f"{record.name}_eager_backward"
+    name = base + (f".{record.overload}" if record.overload else "")
     lib.define(f"{name}({params + ', ' if params else ''}{star}{extra}) -> Tensor[]", tags=tuple(t for t in record.defined_tags if t == torch.Tag.pt2_compliant_tag))
     lib.impl(name, _recompute_kernel(record), "CompositeExplicitAutograd")
     lib._register_fake(name, _fake_backward(record), _stacklevel=1)
-    packet = getattr(getattr(torch.ops, record.namespace), name.partition(".")[0])
-    backward_op = getattr(packet, record.overload or "default")
+    backward_op = getattr(getattr(getattr(torch.ops, record.namespace), base), record.overload or "default")
     # The formula the op's autograd.Function runs where the op must stay opaque.
     record.formula = Formula(_call_backward_op(record, backward_op), _save_inputs(record), True, where=record.where("eager_autograd"))
 
@@ -136,18 +123,17 @@ def _call_backward_op(record: OpRecord, backward_op: Any) -> Callable[..., Any]:
                 return [take(t) for t in v]
             return None
 
-        positional = [take(v) for v in inputs]
-        return (*positional, *(take(kw[a.name]) for a in record.arguments.keyword_only if a.name in kw))
+        return (*(take(v) for v in inputs), *(take(kw[a.name]) for a in record.arguments.keyword_only if a.name in kw))
 
     return backward
 
 
 def _kernel_for(record: OpRecord, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Kernel | None:
-    """The kernel for the inputs' device (``None``: no Tensor, or no kernel for that device). With
-    a gate (providers), the dispatcher's kernel, which makes this thread's choice."""
-    first = next(record.arguments.tensors(args, kwargs), None)
-    found = record.kernel_for(first.device.type) if first is not None else None
-    return dataclasses.replace(found, user=found.checked) if found is not None and record.gate is not None else found
+    """The kernel for the inputs' device (``None``: no Tensor, or no kernel for that device). Where
+    providers choose, the dispatcher's kernel, which makes the calling context's choice."""
+    device = record.arguments.device_of(args, kwargs)
+    found = record.kernel_for(device) if device is not None else None
+    return dataclasses.replace(found, user=found.checked) if found is not None and found.choice is not None else found
 
 
 def _recompute_kernel(record: OpRecord) -> Callable[..., Any]:
@@ -156,10 +142,9 @@ def _recompute_kernel(record: OpRecord) -> Callable[..., Any]:
     def eager_backward(*args: Any, **kwargs: Any) -> list[torch.Tensor]:
         grads: list[torch.Tensor] = kwargs.pop(_GRADS)
         needs = iter(kwargs.pop(_NEEDS))
-        found_kernel = _kernel_for(record, args, kwargs)
-        if found_kernel is None:
+        kernel = _kernel_for(record, args, kwargs)
+        if kernel is None:
             raise NotImplementedError(f"{where}: {record.cls_name} has no kernel for these inputs' device")
-        kernel = found_kernel.user
         leaves: list[torch.Tensor] = []
 
         def leaf(v: Any) -> Any:
@@ -178,7 +163,7 @@ def _recompute_kernel(record: OpRecord) -> Callable[..., Any]:
         # The dispatcher runs this kernel below autograd; the recompute needs autograd back on.
         excluded = _C.DispatchKeySet.from_raw_repr(_C._dispatch_tls_local_exclude_set().raw_repr() & ~_AUTOGRAD_EXCLUSIONS)
         with _C._ForceDispatchKeyGuard(_C._dispatch_tls_local_include_set(), excluded), torch.enable_grad():
-            out = kernel(*args, **kwargs)
+            out = kernel.user(*args, **kwargs)
             outs = out if isinstance(out, (tuple, list)) else (out,)
             pairs = [(o, g) for o, g in zip(outs, grads) if isinstance(o, torch.Tensor) and o.requires_grad]
             found: tuple[torch.Tensor | None, ...] = (None,) * len(leaves)
@@ -210,9 +195,8 @@ def check_differentiable(where: str, out: Any) -> None:
     floating = [o for o in outs if isinstance(o, torch.Tensor) and (o.is_floating_point() or o.is_complex())]
     if floating and not any(o.requires_grad for o in floating):
         raise RuntimeError(
-            f"{where}: eager_autograd differentiates through the kernel, but its output does not require grad "
-            "although an input does: the kernel is not made of differentiable torch ops (NumPy, .detach(), "
-            "torch.no_grad(), .data?). Write setup_context and backward instead."
+            f"{where}: eager_autograd differentiates through the kernel, but its output does not require grad although an input does: "
+            "the kernel is not made of differentiable torch ops (NumPy, .detach(), torch.no_grad(), .data?). Write setup_context and backward instead."
         )
 
 
@@ -231,12 +215,9 @@ def direct_entry(record: OpRecord) -> Callable[..., Any]:
 
 
 def eager_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
-    """The Autograd kernel of an eager-autograd op.
-
-    Grad needed, no TorchDispatchMode: run the kernel with autograd on. Grad needed under a mode
-    (tracing): apply the Function, whose forward stays opaque and whose backward is the backward op.
-    No grad: the backend kernel, as for any op.
-    """
+    """The Autograd kernel of an eager-autograd op. Grad needed: the kernel run with autograd on,
+    or under a TorchDispatchMode (tracing) the Function, whose forward stays opaque and whose
+    backward is the backward op. No grad: the backend kernel, as for any op."""
     plain = plain_keysets(record)
     fresh, single, finish = output_is_fresh(), record.outputs.single, record.outputs.finish
     modes = _C._len_torch_dispatch_stack
@@ -248,17 +229,16 @@ def eager_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
         if grad or _forward_ad._current_level >= 0:
             found = _kernel_for(record, args, kwargs) if not modes() else None
             if found is not None:
-                where = found.where
                 try:
                     out = found.user(*args, **kwargs)
                 except Exception as e:
                     if not grad:
                         raise
-                    check_differentiable(where, e)
+                    check_differentiable(found.where, e)
                 if not (single and fresh(out)):
-                    out = finish(where, args, kwargs, out)
+                    out = finish(found.where, args, kwargs, out)
                 if grad:
-                    check_differentiable(where, out)
+                    check_differentiable(found.where, out)
                 return out
             if grad:
                 call_keyset = None if _C._are_functorch_transforms_active() else keyset

@@ -9,10 +9,9 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Any, Callable
-
-from torch import _C
 
 from opclass.core.compat import MUTATION_TAGS, OUT_TAG
 from opclass.core.shield import shield
@@ -22,9 +21,10 @@ from opclass.errors import first_line, formatdef
 from opclass.builtin_hooks import debug
 from opclass.install.existing import fake_keys
 from opclass.install.fake import needs_real_data, no_fake, register_fake
-from opclass.install.record import Kernel, OpRecord
+from opclass.install.record import OpRecord
+from opclass.install.table import Options, options_of, slot_key
 
-__all__ = ["device_hook", "abstract_hook", "composite_hook", "autograd_hook", "install_kernel"]
+__all__ = ["device_hook", "abstract_hook", "composite_hook", "autograd_hook"]
 
 
 def device_hook(device_type: str | None) -> Hook:
@@ -38,25 +38,24 @@ def device_hook(device_type: str | None) -> Hook:
         >>> opclass.device_hook("cuda").name
         'cuda'
     """
-    if device_type is None:
-        key = "CompositeExplicitAutograd"
-        name = "default"
-    else:
-        try:
-            key = _C._dispatch_key_for_device(device_type)
-        except RuntimeError as e:
-            raise ValueError(f"{device_type!r} is not a torch device type: {e}") from None
-        name = device_type
+    try:
+        key = slot_key(device_type)
+    except RuntimeError as e:
+        raise ValueError(f"{device_type!r} is not a torch device type: {e}") from None
+    name = device_type or "default"
 
     def install(record: OpRecord, fn: Callable[..., Any]) -> None:
-        install_kernel(record, name, device_type, debug.wrap(record, name, fn))
+        # Its flags and tolerances, where @opclass.provider marks it; its device is the hook's.
+        options = dataclasses.replace(options_of(fn) or Options(None), devices=None if device_type is None else (device_type,))
+        record.table.add(name, debug.wrap(record, name, fn), options, own=True, raw=fn)
 
-    serves = "every device" if device_type is None else f"{device_type} tensors"
-    keys = (key, "CompositeImplicitAutograd") if device_type is None else (key,)
+    every = device_type is None
+    serves = "every device" if every else f"{device_type} tensors"
+    keys = (key, "CompositeImplicitAutograd") if every else (key,)
     occupies = ((keys, f"a kernel for {serves}", f"drop {name}: the op's own kernel stays in charge"),)
     doc = f"kernel for {serves}".replace("every device", "every device type")
-    fallback = _no_kernel if device_type is None else None
-    return Hook(name, install, kernel=True, backend=True, device_type=device_type, doc=doc, occupies=lambda value: occupies, aliases=("forward",) if device_type is None else (), fallback=fallback)
+    fallback = _no_kernel if every else None
+    return Hook(name, install, kernel=True, backend=True, device_type=device_type, doc=doc, occupies=lambda value: occupies, aliases=("forward",) if every else (), fallback=fallback)
 
 
 def _no_kernel(record: OpRecord) -> None:
@@ -65,8 +64,7 @@ def _no_kernel(record: OpRecord) -> None:
     hook and no fix; a stand-in at the CPU key raises the same ``NotImplementedError`` with them.
     (Only there: the machine a first test runs on, often without a GPU. Other device keys stay
     empty, so ``_dispatch_has_kernel_for_dispatch_key`` still says which devices the op serves.)"""
-    keys = {r.key for r in record.lib.registrations}
-    if record.existing or keys & {"CPU", "CompositeExplicitAutograd", "CompositeImplicitAutograd"}:
+    if record.existing or {r.key for r in record.lib.registrations} & {"CPU", "CompositeExplicitAutograd", "CompositeImplicitAutograd"}:
         return
     cls, body = record.cls_name, next((r.hook for r in record.lib.registrations if r.key == "Autograd" and r.hook), None)
     if body is not None:
@@ -78,28 +76,12 @@ def _no_kernel(record: OpRecord) -> None:
     else:
         hooks = ", ".join(f"{cls}.{k.hook}" for k in record.kernels.values()) or "none"
         message = f"{record.qualname} ({cls}) has no kernel for cpu tensors (it has {hooks}): define {cls}.cpu, or {cls}.default for every device type"
-    record.lib.impl(record.overload_name(), _stand_in(message), "CPU")
 
-
-def _stand_in(message: str) -> Callable[..., Any]:
     def no_kernel(*args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(message)
 
     no_kernel.opclass_stand_in = True  # type: ignore[attr-defined]  # the plan: not a kernel
-    return shield(no_kernel)
-
-
-def install_kernel(record: OpRecord, hook: str, device_type: str | None, fn: Callable[..., Any]) -> None:
-    """``fn`` as the op's kernel for ``device_type`` (``None``: every device), at its key: the
-    dispatcher calls it checked by the output contract, the fast path calls it as it is."""
-    where = record.where(hook)
-    # shield: the fast path calls fn itself, with no registered wrapper around it.
-    kernel = record.kernels[device_type] = Kernel(hook, shield(fn), record.outputs.checked(where, fn), where)
-    key = "CompositeExplicitAutograd" if device_type is None else _C._dispatch_key_for_device(device_type)
-    with warnings.catch_warnings():
-        # A traced kernel replaces the device hook's at its own key on purpose.
-        warnings.filterwarnings("ignore", message="Warning only once for all operators")
-        record.lib.impl(record.overload_name(), kernel.checked, key)
+    record.lib.impl(record.overload_name(), shield(no_kernel), "CPU")
 
 
 def _check_abstract(fn: Any, ctx: HookContext) -> None:
@@ -133,8 +115,7 @@ def default_fake(record: OpRecord) -> None:
         f"define {record.cls_name}.abstract (same arguments; build outputs with torch.empty_like etc.)"
     )
     # The op's own default (the op in torch ops), whatever kernel another hook put in its place.
-    default = record.hooks.get("default")
-    outs = record.outputs.outs
+    default, outs = record.hooks.get("default"), record.outputs.outs
     fake: Callable[..., Any]
     runs: str | None = None  # the hook whose kernel runs as the fake one
     if record.is_inplace:
@@ -176,9 +157,6 @@ def abstract_hook() -> Hook:
     )
 
 
-# --------------------------------------------------------------------------- bodies: composite, autograd
-
-
 def _check_body(fn: Any, ctx: HookContext, beside: frozenset[str] = frozenset()) -> None:
     """No kernel the body would shadow, but those at ``beside``: the keys that still run where
     the body does not."""
@@ -197,11 +175,8 @@ def _check_body(fn: Any, ctx: HookContext, beside: frozenset[str] = frozenset())
                 fix = f"drop {hook} (the body serves every device type), or drop composite and keep {hook}, with setup_context and backward if it needs gradients"
             else:
                 fix = f"keep autograd alone (it may call the {hook} code as a plain function), or drop autograd and keep {hook}, with setup_context and backward for its gradients"
-            if beside:
-                problem = f"the op is its {ctx.hook} body, which serves every call but those under inference_mode; {ctx.cls_name}.{hook} would serve only those"
-            else:
-                problem = f"the op is its {ctx.hook} body, which runs before any other kernel could; {ctx.cls_name}.{hook} would never run"
-            ctx.fail(problem, fix)
+            when = "serves every call but those under inference_mode" if beside else "runs before any other kernel could"
+            ctx.fail(f"the op is its {ctx.hook} body, which {when}; {ctx.cls_name}.{hook} would {'serve only those' if beside else 'never run'}", fix)
 
 
 def _torch_ops_only(where: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -280,7 +255,4 @@ def autograd_hook() -> Hook:
         >>> opclass.remove(DocsTwice)
     """
     doc = "the op's only kernel, at the Autograd key (as Library.impl(..., 'Autograd')): no backend kernel; an abstract serves inference_mode"
-    # Under inference_mode the Autograd keys are skipped: there a fake kernel serves FakeTensors and
-    # (torch's register_fake makes it the Meta kernel too) meta tensors, as torch's own
-    # quantized_decomposed ops pair an Autograd kernel with a Meta one.
     return _body_hook("autograd", "Autograd", doc, ("autograd_impl", "autograd_kernel"), beside=frozenset(fake_keys()))

@@ -7,7 +7,7 @@ and optionally a predicate on the arguments (``supports``), a one-time availabil
 (``available``), and flags users select on (``batch_invariant``, ``deterministic``). The op's
 schema, fake kernel, autograd formula, vmap rule and sharding are the op's own: every provider
 is checked against the op's signature as a kernel is, and only the kernel differs. Which one
-runs for a call: :mod:`opclass.builtin_hooks.choice`.
+runs for a call: the op's kernel table, :mod:`opclass.install.table`.
 
 Example:
     >>> import torch, opclass
@@ -26,26 +26,23 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import types
-import warnings
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from torch import _C
 
 from opclass.builtin_hooks import debug
-from opclass.builtin_hooks.choice import ENV, ENV_ORDERS, GATE, TABLES, Entry, Options, Table, global_state
 from opclass.core import memo
-from opclass.core.shield import eager_kernel
 from opclass.define.hookspec import MEMBER_OF, Hook, HookContext
 from opclass.errors import did_you_mean
+from opclass.install import orders
 from opclass.install.record import OpRecord
+from opclass.install.table import MARK, Options, options_of, slot_key
 
-__all__ = ["HOOK", "provider", "providers_hook", "options_of", "refresh", "ADDED"]
+__all__ = ["HOOK", "provider", "providers_hook", "options_of", "add", "take", "added"]
 
 HOOK = "providers"
-_OPTIONS = "__opclass_provider__"
 F = TypeVar("F")
 
 
@@ -75,15 +72,14 @@ def provider(
     On the op's own kernel hooks (``default``, ``cpu``...) it declares only the flags and
     tolerances of that kernel. Example: in the module docstring.
     """
-    devices = _devices(device)
-    options = Options(devices, supports, available, bool(batch_invariant), bool(deterministic), atol, rtol)
+    options = Options(_devices(device), supports, available, bool(batch_invariant), bool(deterministic), atol, rtol)
 
     def mark(fn: F) -> F:
         inner = fn.__func__ if isinstance(fn, staticmethod) else fn
         if not isinstance(inner, types.FunctionType):
             raise TypeError(f"opclass.provider(...) decorates a function, not {inner!r}")
         copy = _copy(inner)  # its own options, even where one function is the provider of two ops
-        setattr(copy, _OPTIONS, options)
+        setattr(copy, MARK, options)
         setattr(copy, MEMBER_OF, HOOK)
         return staticmethod(copy)  # type: ignore[return-value]
 
@@ -110,16 +106,34 @@ def _copy(fn: types.FunctionType) -> types.FunctionType:
     return copy
 
 
-def options_of(fn: Any) -> Options | None:
-    return getattr(fn, _OPTIONS, None)
-
-
-#: Providers added from outside their op's class: qualname -> name -> marked function.
-ADDED: dict[str, dict[str, Any]] = {}
+#: Providers added from outside their op's class: qualname -> name -> marked function; written
+#: only by :func:`add` and :func:`take`, under the lock.
+_ADDED: dict[str, dict[str, Any]] = {}
 _LOCK = threading.RLock()
 
 
-# --------------------------------------------------------------------------- the hook
+def add(qualname: str, name: str, fn: Any) -> None:
+    """Add the marked ``fn`` as provider ``name`` of ``qualname`` (for its next install)."""
+    with _LOCK:
+        added = _ADDED.setdefault(qualname, {})
+        if name in added:
+            raise ValueError(f"{qualname} has a provider {name!r} added already: remove_provider({name!r}) first")
+        added[name] = fn
+
+
+def take(qualname: str, name: str) -> Any:
+    """Take provider ``name`` added to ``qualname`` away; returns its function."""
+    with _LOCK:
+        added = _ADDED.get(qualname, {})
+        if name not in added:
+            raise ValueError(f"{qualname} has no provider {name!r} added with opclass.add_provider (it has: {', '.join(added) or 'none'})")
+        return added.pop(name)
+
+
+def added(qualname: str) -> Mapping[str, Any]:
+    """The providers added to ``qualname`` from outside its class, by name."""
+    with _LOCK:
+        return dict(_ADDED.get(qualname, {}))
 
 
 def _check(members: Mapping[str, Any], ctx: HookContext) -> None:
@@ -127,8 +141,7 @@ def _check(members: Mapping[str, Any], ctx: HookContext) -> None:
         options = options_of(fn)
         if options is None:
             ctx.fail(f"member {name!r} carries no provider options", "declare it with @opclass.provider(...) or opclass.add_provider")
-        assert options is not None
-        if options.devices and not any(a.holds_tensor for a in ctx.arguments) and not any(a.jit == "Device" for a in ctx.arguments):
+        if options.devices and not any(a.holds_tensor for a in ctx.arguments) and not any(a.is_device for a in ctx.arguments):
             ctx.fail(f"provider {name!r} runs on {', '.join(options.devices)}, but an op with no Tensor inputs cannot pick a device", "add a device: torch.device parameter, or declare it for every device")
         for label, check, params in (("supports", options.supports, ctx.arguments.names), ("available", options.available, [])):
             if check is None:
@@ -144,69 +157,22 @@ def _check(members: Mapping[str, Any], ctx: HookContext) -> None:
     if "composite" in ctx.defined or "autograd" in ctx.defined:
         ctx.fail("an op whose body is a composite or autograd kernel has no device kernel to choose", "drop the providers, or write the body as default")
     names = [*members, *(h for h in ctx.defined if ctx.hooks[h].backend and h != HOOK)]
-    source = ENV if ctx.qualname in ENV_ORDERS else "opclass.set_provider_order"
-    for name in global_state().orders.get(ctx.qualname, ()):
+    source = orders.ENV if orders.env_names(ctx.qualname) else "opclass.set_provider_order"
+    for name in orders.global_state().orders.get(ctx.qualname, ()):
         if name not in names:
             guess = did_you_mean(name, names)
             ctx.fail(f"{source} names provider {name!r}, which {ctx.qualname} does not have (it has {', '.join(names)})", f"did you mean {guess!r}?" if guess else f"name providers of {ctx.qualname} only")
 
 
 def _install(record: OpRecord, members: Mapping[str, Any]) -> None:
-    own = dict(record.kernels)
-    traced = bool(record.hooks.get("traceable"))
-    entries: list[Entry] = []
     for name, fn in members.items():
         options = options_of(fn) or Options(None)
-        kernel = debug.wrap(record, name, fn, options)
-        if traced:
-            kernel = eager_kernel(kernel)  # wrap_triton launches go straight to Triton in eager
-        where = record.where(name)
-        entries.append(Entry(name, kernel, record.outputs.checked(where, kernel), where, options, False, fn))
-    # The op's own kernels come last: each device's own, then the one for every device.
-    for device, k in sorted(own.items(), key=lambda item: item[0] is None):
-        options = options_of(record.hooks.get(k.hook)) or Options(None if device is None else (device,))
-        entries.append(Entry(k.hook, k.user, k.checked, k.where, dataclasses.replace(options, devices=None if device is None else (device,)), True, record.hooks.get(k.hook, k.user)))
-    slots = sorted({d for e in entries for d in e.options.devices or ()}) + ([None] if any(e.options.devices is None for e in entries) else [])
-    table = TABLES[record] = Table(record, entries, slots, HOOK)
-    table.refresh()
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Warning only once for all operators")  # our own kernels replaced
-        for slot in slots:
-            dispatched = table.dispatch_kernel(slot)
-            record.kernels[slot] = table.kernel(slot, dispatched)
-            record.lib.impl(record.overload_name(), dispatched, "CompositeExplicitAutograd" if slot is None else _C._dispatch_key_for_device(slot))
-    record.gate = GATE
-    record.shown.append(table.shown)
-
-
-def refresh(record: OpRecord) -> None:
-    """Recompute ``record``'s choice under the global state (its plan and class call are the
-    caller's to renew)."""
-    table = TABLES.get(record)
-    if table is None:
-        return
-    table.refresh()
-    for slot in table.slots:
-        record.kernels[slot] = table.kernel(slot, record.kernels[slot].checked)
-
-
-def _uninstall(record: OpRecord, members: Any) -> None:
-    TABLES.pop(record, None)
+        record.table.add(name, debug.wrap(record, name, fn, options), options, own=False)
 
 
 def _occupies(members: Any) -> list[tuple[tuple[str, ...], str, str]]:
-    found = []
-    for name, fn in dict(members).items():
-        options = options_of(fn)
-        devices = options.devices if options is not None and options.devices else None
-        keys = tuple(_C._dispatch_key_for_device(d) for d in devices) if devices else ("CompositeExplicitAutograd",)
-        found.append((keys, f"a kernel where provider {name!r} would run", f"drop provider {name!r}: the op's own kernel stays in charge"))
-    return found
-
-
-def _added(qualname: str) -> Mapping[str, Any]:
-    with _LOCK:
-        return dict(ADDED.get(qualname, {}))
+    keys = {name: tuple(slot_key(d) for d in (options_of(fn) or Options(None)).devices or [None]) for name, fn in dict(members).items()}
+    return [(k, f"a kernel where provider {name!r} would run", f"drop provider {name!r}: the op's own kernel stays in charge") for name, k in keys.items()]
 
 
 def providers_hook() -> Hook:
@@ -220,6 +186,6 @@ def providers_hook() -> Hook:
         True
     """
     return Hook(
-        HOOK, _install, check=_check, kernel=True, backend=True, members=True, extra=_added, uninstall=_uninstall, occupies=_occupies,
+        HOOK, _install, check=_check, kernel=True, backend=True, members=True, extra=added, occupies=_occupies,
         doc="other kernels of the op, chosen per call by device, availability, arguments and order (@opclass.provider)",
     )

@@ -1,18 +1,12 @@
 """The ``sharding`` hook: an op's DTensor sharding strategies, through ``register_sharding``.
 
-``sharding(x, factor)`` takes the op's parameters, Tensors replaced by their ``DTensorSpec``, and
-returns the acceptable ``(output placements, input placements)`` pairs; DTensor picks the
-cheapest, redistributes, and runs the op's own kernels on the local shards. The function
-registered with ``torch.distributed.tensor.experimental.register_sharding``:
-
-* passes every argument, defaults included (the dispatcher leaves out arguments equal to their
-  default), as the op's kernels get them;
-* checks the returned pairs (one placement per output, one per argument, ``None`` for
-  non-Tensors, one per element of a Tensor list), so a mistake names the op;
-* *pins* what DTensor must not redistribute: the arguments the op mutates (it would write into
-  a copy) and keyword-only Tensors (DTensor never moves keyword arguments): strategies that move
-  them are dropped, and if none is left the call says so. Keyword-only Tensors also join
-  DTensor's sharding cache key, which otherwise ignores them.
+``sharding(x, factor)`` takes the op's parameters (every one, defaults included), Tensors replaced
+by their ``DTensorSpec``, and returns the acceptable ``(output placements, input placements)``
+pairs, which are checked so that a mistake names the op; DTensor picks the cheapest,
+redistributes, and runs the op's own kernels on the local shards. What DTensor must not
+redistribute is *pinned*: the arguments the op mutates (it would write into a copy) and
+keyword-only Tensors (DTensor never moves keyword arguments): strategies that move them are
+dropped, and if none is left the call says so. Every argument joins DTensor's sharding cache key.
 
 Importing ``torch.distributed.tensor`` is dear, so a definition does not: the strategy is
 registered once it is imported (:mod:`opclass.core.after_import`), before any DTensor can reach
@@ -34,7 +28,6 @@ import torch
 from opclass.core import after_import, memo
 from opclass.core.compat import dtensor_refused_out, tagged_inplace, tagged_out
 from opclass.core.types import holds_tensor, returns_of
-from opclass.define.arguments import Argument
 from opclass.define.hookspec import Hook, HookContext, positional_count
 from opclass.install.record import OpRecord
 
@@ -44,9 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["sharding_hook"]
 
 _DTENSOR = "torch.distributed.tensor"
-_EXPERIMENTAL = "torch.distributed.tensor.experimental"
-#: Guards _PENDING and _REGISTERED. Never held while
-#: importing (see _install_sharding).
+#: Guards _PENDING and _REGISTERED. Never held while importing (see _install_sharding).
 _LOCK = threading.Lock()
 #: Ops defined before DTensor was imported, with the user's function: registered when it is.
 _PENDING: dict[OpRecord, Callable[..., Any]] = {}
@@ -54,25 +45,20 @@ _PENDING: dict[OpRecord, Callable[..., Any]] = {}
 _REGISTERED: dict[OpRecord, tuple[torch._ops.OpOverload, Callable[..., Any]]] = {}
 
 
-# --------------------------------------------------------------------------- check
-
-
 def _check_sharding(fn: Any, ctx: HookContext) -> None:
-    positional = [a.name for a in ctx.arguments.positional]
     keyword = [a.name for a in ctx.arguments.keyword_only]
     params = ctx.arguments.parameters(defaults=False)[1:-1]
     fix = f"write sharding({params}) returning [(output placements, input placements), ...]"
     n = positional_count(fn)
-    if n is not None and n != len(positional):
-        ctx.fail(f"takes {n} positional parameters, but the op has {len(positional)}", fix)
+    if n is not None and n != len(ctx.arguments.positional):
+        ctx.fail(f"takes {n} positional parameters, but the op has {len(ctx.arguments.positional)}", fix)
     if keyword:
         try:
             sig = memo.signature(fn).parameters
         except (TypeError, ValueError):
             sig = None
         if sig is not None and not any(p.kind is p.VAR_KEYWORD for p in sig.values()):
-            missing = [k for k in keyword if k not in sig or sig[k].kind is not inspect.Parameter.KEYWORD_ONLY]
-            if missing:
+            if missing := [k for k in keyword if k not in sig or sig[k].kind is not inspect.Parameter.KEYWORD_ONLY]:
                 ctx.fail(f"does not take the op's keyword-only argument(s) {', '.join(missing)} as keyword-only parameters", fix)
     returns_tensor = any(holds_tensor(r) for r in returns_of(ctx.schema))
     generated_fake = tagged_inplace(ctx.tags) or tagged_out(ctx.tags)
@@ -83,33 +69,20 @@ def _check_sharding(fn: Any, ctx: HookContext) -> None:
         )
 
 
-# --------------------------------------------------------------------------- what DTensor calls
-
-
 def _wrap_user_fn(record: OpRecord, fn: Callable[..., Any]) -> Callable[..., Any]:
     """The function given to register_sharding: every argument in, checked placement lists out."""
     from torch.distributed.tensor.placement_types import Placement
 
     table = record.arguments
-    positional, keyword = table.positional, table.keyword_only
     n_outputs = len(record.schema.returns)
     names = ", ".join(table.names)
     where = record.where("sharding")
 
-    def default(a: Argument) -> Any:
-        return a.default if a.has_default else None  # as the kernels get it
-
-    tensor_lists = {a.name for a in table if a.is_list and a.holds_tensor}
-
-    def width(name: str, value: Any) -> int:
-        # A list of Tensors arrives as a tuple of specs and takes one placement per element.
-        return len(value) if name in tensor_lists and isinstance(value, (list, tuple)) else 1
-
     def sharding(*args: Any, **kwargs: Any) -> list[tuple[list[Any], list[Any]]]:
-        # The dispatcher leaves out trailing arguments that equal their defaults: put them back.
-        full = list(args) + [default(a) for a in positional[len(args):]]
-        kw = {a.name: kwargs[a.name] if a.name in kwargs else default(a) for a in keyword}
-        expected = sum(width(a.name, v) for a, v in zip(positional, full)) + sum(width(k, v) for k, v in kw.items())
+        # The dispatcher leaves out arguments that equal their defaults: put them back.
+        full, kw = table.complete(args, kwargs)
+        # A list of Tensors arrives as a tuple of specs and takes one placement per element.
+        expected = sum(len(v) if a.is_list and a.holds_tensor and isinstance(v, (list, tuple)) else 1 for a, v in zip(table, (*full, *kw.values())))
         result = fn(*full, **kw)
         if isinstance(result, (str, bytes)) or not isinstance(result, Sequence) or not result:
             raise TypeError(f"{where} returned {result!r}; return a non-empty list of (output placements, input placements) pairs")
@@ -131,18 +104,13 @@ def _wrap_user_fn(record: OpRecord, fn: Callable[..., Any]) -> Callable[..., Any
             pairs.append((list(outputs), list(inputs)))
         return pairs
 
-    sharding.__name__ = "sharding"
     sharding.__qualname__ = f"{record.cls_name}.sharding"
     return sharding
 
 
-def _keyword_tensors(record: OpRecord) -> list[str]:
-    return [a.name for a in record.arguments.keyword_only if a.holds_tensor]
-
-
 def _pinned(record: OpRecord) -> frozenset[str]:
     """Arguments DTensor must not redistribute: the mutated ones and keyword-only Tensors."""
-    return frozenset(record.mutated_names) | frozenset(_keyword_tensors(record))
+    return frozenset(record.mutated_names) | {a.name for a in record.arguments.keyword_only if a.holds_tensor}
 
 
 def _keep_placements(record: OpRecord, registered: Callable[[OpSchema], StrategyType]) -> Callable[[OpSchema], StrategyType]:
@@ -152,8 +120,6 @@ def _keep_placements(record: OpRecord, registered: Callable[[OpSchema], Strategy
 
     pinned = _pinned(record)
     positional = [a.name for a in record.arguments.positional]
-    inplace = record.is_inplace
-    qualname = record.qualname
     # out= arguments as DTensor sees them (keyword-only, written to): torch 2.14+ pins them itself.
     outs = {a.name for a in record.arguments.written if a.keyword_only}
 
@@ -167,7 +133,7 @@ def _keep_placements(record: OpRecord, registered: Callable[[OpSchema], Strategy
         def refuse(names: Collection[str] = pinned) -> RuntimeError:
             placed = ", ".join(f"{name} {tuple(current[i])}" for i, (name, _) in enumerate(inputs) if name in names) or f"{inputs[0][0]} {tuple(current[0])}"
             return RuntimeError(
-                f"{qualname}: no sharding strategy keeps the placement of {placed}. DTensor cannot redistribute an argument the op "
+                f"{record.qualname}: no sharding strategy keeps the placement of {placed}. DTensor cannot redistribute an argument the op "
                 "writes to, nor a keyword-only Tensor: add a strategy that keeps that placement, or redistribute the argument before the call"
             )
 
@@ -185,16 +151,13 @@ def _keep_placements(record: OpRecord, registered: Callable[[OpSchema], Strategy
             if spec.input_specs is not None
             and all(spec.input_specs[i].placements == current[i] for i in checked)
             # An in-place op returns its first argument: the output is placed like it.
-            and not (inplace and current and spec.output_spec.placements != current[0])
+            and not (record.is_inplace and current and spec.output_spec.placements != current[0])
         ]
         if not kept:
             raise refuse()
         return OpStrategy(kept)
 
     return strategy
-
-
-# --------------------------------------------------------------------------- registration
 
 
 def _propagator() -> Any:
@@ -225,24 +188,12 @@ def _register(record: OpRecord, fn: Callable[..., Any]) -> None:
     _REGISTERED[record] = (op, strategy)
 
 
-def _clear_caches(propagator: Any) -> None:
-    """Forget cached sharding decisions: they hold the ops they were made for."""
-    propagator.propagate_op_sharding.cache_clear()  # this thread's (the cache is thread-local)
-    type(propagator)._propagate_tensor_meta_cached.cache_clear()
-    clear_native = getattr(torch._C, "_clear_DTensor_sharding_propagator_cache", None)
-    if clear_native is not None:
-        clear_native()
-
-
 def _import_dtensor() -> None:
-    """Import DTensor's registration API; never with ``_LOCK`` held.
-
-    The package first: if another thread is still importing it, this waits for that import to
-    finish (importing a submodule alone would not wait, and would race the other thread through
-    torch's circular imports).
-    """
+    """Import DTensor's registration API; never with ``_LOCK`` held. The package first: a submodule
+    alone would not wait for another thread still importing it, and would race it through torch's
+    circular imports."""
     importlib.import_module(_DTENSOR)
-    importlib.import_module(_EXPERIMENTAL)
+    importlib.import_module(f"{_DTENSOR}.experimental")
 
 
 def _flush() -> None:
@@ -250,11 +201,9 @@ def _flush() -> None:
     _import_dtensor()
     with _LOCK:
         after_import.cancel(_DTENSOR, _flush)
-        pending = list(_PENDING.items())
-        _PENDING.clear()
-        for record, fn in pending:
+        for record in list(_PENDING):
             try:
-                _register(record, fn)
+                _register(record, _PENDING.pop(record))
             except Exception as e:  # one bad op must not keep the others out
                 warnings.warn(f"opclass: could not register the sharding strategy of {record.where('sharding')}: {e}", RuntimeWarning, stacklevel=2)
 
@@ -263,13 +212,11 @@ def _install_sharding(record: OpRecord, fn: Callable[..., Any]) -> None:
     if not torch.distributed.is_available():
         return  # no DTensor in this build of torch: nothing can ever ask for the strategy
     with _LOCK:
-        # In sys.modules but still importing (another thread): the import below waits for it.
         if _DTENSOR not in sys.modules:
             _PENDING[record] = fn
             after_import.call_after_import(_DTENSOR, _flush)
             return
-    # Outside the lock: if another thread is still importing DTensor this waits for it, and
-    # that thread's _flush needs the lock.
+    # Outside the lock: DTensor may still be importing in another thread, whose _flush needs the lock.
     _import_dtensor()
     with _LOCK:
         _register(record, fn)
@@ -282,15 +229,17 @@ def _uninstall_sharding(record: OpRecord, fn: Callable[..., Any]) -> None:
         _PENDING.pop(record, None)
         if not _PENDING:
             after_import.cancel(_DTENSOR, _flush)
-        entry = _REGISTERED.pop(record, None)
-        if entry is None:
+        if record not in _REGISTERED:
             return
-        op, strategy = entry
+        op, strategy = _REGISTERED.pop(record)
         propagator = _propagator()
         if propagator.op_strategy_funcs.get(op) is strategy:
             del propagator.op_strategy_funcs[op]
             propagator.op_to_schema_info.pop(op, None)
-        _clear_caches(propagator)
+        # Forget cached sharding decisions: they hold the ops they were made for.
+        propagator.propagate_op_sharding.cache_clear()  # this thread's (the cache is thread-local)
+        type(propagator)._propagate_tensor_meta_cached.cache_clear()
+        getattr(torch._C, "_clear_DTensor_sharding_propagator_cache", lambda: None)()  # native caches, where torch has them
 
 
 def sharding_hook() -> Hook:

@@ -5,9 +5,9 @@ with ``torch.library.wrap_triton`` from inductor. Like ``torch.library.triton_op
 
 * registers a ``FunctionalTensorMode`` rule that runs the kernel under the mode, so the graph
   gets its torch ops and ``triton_kernel_wrapper_functional`` nodes (torch.export keeps the op);
-* re-registers the traced kernels at their own keys, run with ``wrap_triton`` off so eager
-  launches go straight to Triton; they replace the kernel hooks' in ``record.kernels``, so the
-  call plan keeps its fast path;
+* wraps the traced entries of the op's kernel table (and its providers) to run with
+  ``wrap_triton`` off, so eager launches go straight to Triton and the call plan keeps its
+  fast path;
 * uses the traced kernel as fake kernel when there is no ``abstract``;
 * lets AOTAutograd's cache find the Triton kernels the op launches, so editing one invalidates
   cached graphs.
@@ -29,10 +29,8 @@ from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTens
 from opclass.core.shield import eager_kernel
 from opclass.define.hookspec import Hook, HookContext
 from opclass.errors import raised_by_torch, reraise
-from opclass.builtin_hooks import choice
-from opclass.builtin_hooks.kernels import install_kernel
 from opclass.install.fake import register_fake
-from opclass.install.record import Kernel, OpRecord
+from opclass.install.record import OpRecord
 
 __all__ = ["traceable_hook"]
 
@@ -40,30 +38,19 @@ _HOOK = "traceable"
 
 
 def _check(value: Any, ctx: HookContext) -> None:
-    if type(value) is bool:
-        devices: tuple[str, ...] = ()
-    elif isinstance(value, (tuple, list, set, frozenset)) and value and all(isinstance(d, str) for d in value):
-        devices = tuple(value)
-    else:
-        ctx.fail(f"must be True, False or device types like ('cuda',), got {value!r}", "write traceable = True")
-        return
     if value is False:
         return
-    for device in devices:
+    if value is not True and not (isinstance(value, (tuple, list, set, frozenset)) and value and all(isinstance(d, str) for d in value)):
+        ctx.fail(f"must be True, False or device types like ('cuda',), got {value!r}", "write traceable = True")
+    for device in () if value is True else value:
         try:
             _C._dispatch_key_for_device(device)
         except RuntimeError:
             ctx.fail(f"{device!r} is not a torch device type", "use e.g. 'cuda' or 'cpu'")
         if device not in ctx.defined and "default" not in ctx.defined:
-            ctx.fail(
-                f"traces the {device} kernel, but the class has none",
-                f"define {ctx.cls_name}.{device} or {ctx.cls_name}.default, or drop {device!r}",
-            )
+            ctx.fail(f"traces the {device} kernel, but the class has none", f"define {ctx.cls_name}.{device} or {ctx.cls_name}.default, or drop {device!r}")
     if ctx.defined.get("eager_autograd") is True:
-        ctx.fail(
-            "torch.compile would trace into the kernel, and eager_autograd keeps it one opaque op there",
-            "keep either traceable or eager_autograd = True",
-        )
+        ctx.fail("torch.compile would trace into the kernel, and eager_autograd keeps it one opaque op there", "keep either traceable or eager_autograd = True")
     rules = ctx.defined.get("torch_dispatch")
     if isinstance(rules, collections.abc.Mapping) and FunctionalTensorMode in rules:
         ctx.fail(
@@ -72,36 +59,11 @@ def _check(value: Any, ctx: HookContext) -> None:
         )
 
 
-def _traced(record: OpRecord, value: Any) -> tuple[dict[str | None, Kernel], dict[str, Callable[..., Any]]]:
-    """The kernels to trace, by ``record.kernels`` key, and the user's function per device type
-    (``""``: the ``default`` kernel, for device types without a kernel of their own)."""
-    if value is True:
-        kernels = dict(record.kernels)
-        return kernels, {device or "": record.hooks[k.hook] for device, k in kernels.items()}
-    kernels, by_device = {}, {}
-    for device in value:
-        key = device if device in record.kernels else None
-        kernels[key] = record.kernels[key]
-        by_device[device] = record.hooks[kernels[key].hook]
-    return kernels, by_device
-
-
-def _device_type(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
-    """The device type a call runs on: its first Tensor's, else its ``torch.device`` argument's."""
-    device = None
-    for value in torch.utils._pytree.tree_leaves((args, kwargs)):
-        if isinstance(value, torch.Tensor):
-            return value.device.type
-        if device is None and isinstance(value, torch.device):
-            device = value.type
-    return device
-
-
-def _decomposition_rule(record: OpRecord, traced: dict[str, Callable[..., Any]]) -> Callable[..., Any]:
+def _decomposition_rule(record: OpRecord, traced: dict[str | None, Callable[..., Any]]) -> Callable[..., Any]:
     """The FunctionalTensorMode rule: run the traced kernel under the mode (torch's triton_op
     ``functional_decomp``), or keep the op as one node for untraced devices and torch.export. An
     op with providers traces the provider the call would run, chosen now (the graph keeps it)."""
-    default = traced.get("")
+    default = traced.get(None)
 
     def functional_decomposition(mode: Any, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         from torch.export._trace import custom_triton_ops_decomposition_disabled
@@ -110,11 +72,12 @@ def _decomposition_rule(record: OpRecord, traced: dict[str, Callable[..., Any]])
             return mode.__torch_dispatch__(func, types, args, kwargs)
         if any(t not in (torch.Tensor, FunctionalTensor) and not issubclass(t, torch._subclasses.FakeTensor) for t in types):
             return NotImplemented  # another Tensor subclass: its own __torch_dispatch__ goes first
-        device = _device_type(args, kwargs)
-        fn = traced.get(device, default) if device is not None else default
-        table = choice.table_of(record)
-        if fn is not None and table is not None:
-            fn = table.traced(device if device in table.slots else None, args, kwargs)
+        device = record.arguments.device_of(args, kwargs)
+        fn = traced.get(device, default)
+        table = record.table
+        if fn is not None and table.has_providers:
+            chosen = table.now(device if device in table.kernels else None).pick(args, kwargs)
+            fn = chosen.raw if chosen is not None else None
         if fn is None:
             return mode.__torch_dispatch__(func, types, args, kwargs)
         try:
@@ -130,12 +93,12 @@ def _decomposition_rule(record: OpRecord, traced: dict[str, Callable[..., Any]])
     return functional_decomposition
 
 
-def _fake_kernel(record: OpRecord, traced: dict[str, Callable[..., Any]]) -> Callable[..., Any]:
-    default = traced.get("")
+def _fake_kernel(record: OpRecord, traced: dict[str | None, Callable[..., Any]]) -> Callable[..., Any]:
+    default = traced.get(None)
 
     def traced_fake(*args: Any, **kwargs: Any) -> Any:
-        device = _device_type(args, kwargs)
-        fn = traced.get(device, default) if device is not None else default
+        device = record.arguments.device_of(args, kwargs)
+        fn = traced.get(device, default)
         if fn is None:
             raise RuntimeError(
                 f"{record.qualname} has no fake kernel for {device} tensors, which torch.compile, torch.export and FakeTensor need: "
@@ -149,17 +112,19 @@ def _fake_kernel(record: OpRecord, traced: dict[str, Callable[..., Any]]) -> Cal
 def _install(record: OpRecord, value: Any) -> None:
     if value is False:
         return
-    traced_kernels, by_device = _traced(record, value)
-    for device, kernel in traced_kernels.items():
-        # Replaces the kernel hook's at its own key: the plan keeps its fast path.
-        install_kernel(record, kernel.hook, device, eager_kernel(record.hooks[kernel.hook]))
+    # The op's own kernels to trace, by device type (``None``: ``default``, for the device types without their own).
+    own = record.table.own()
+    traced = own if value is True else {device: own[device] if device in own else own[None] for device in value}
+    # Eager calls of a traced kernel (and of every provider) launch Triton directly.
+    record.table.wrap(lambda e: eager_kernel(e.fn) if not e.own or e in traced.values() else None)
+    by_device = {device: e.raw for device, e in traced.items()}
     torch.library.register_torch_dispatch(record.qualname, FunctionalTensorMode, _decomposition_rule(record, by_device), lib=record.lib)
     if record.fake is None and record.schema.returns and not (record.is_inplace or record.is_out):
         register_fake(record, _fake_kernel(record, by_device), record.where(_HOOK))
-    _inner_kernels(record).add(record, list(by_device.values()))
-
-
-# --------------------------------------------------------------------------- AOTAutograd's cache key
+    table: dict[str, Any] = _torch_triton.triton_ops_to_kernels
+    if not isinstance(table.get(_table_key(record)), _InnerKernels):
+        table[_table_key(record)] = _InnerKernels()
+    table[_table_key(record)].kernels[record.qualname] = (record, list(by_device.values()))
 
 
 class _InnerKernels:
@@ -171,9 +136,6 @@ class _InnerKernels:
         #: Overload qualname -> (the install, its traced kernels).
         self.kernels: dict[str, tuple[OpRecord, list[Callable[..., Any]]]] = {}
 
-    def add(self, record: OpRecord, fns: list[Callable[..., Any]]) -> None:
-        self.kernels[record.qualname] = (record, fns)
-
     def __iter__(self) -> Iterator[object]:
         found: list[object] = []
         for _, fns in list(self.kernels.values()):
@@ -184,14 +146,6 @@ class _InnerKernels:
 
 def _table_key(record: OpRecord) -> str:
     return f"{record.namespace}::{record.name}"  # what the cache asks: OpOverload._name
-
-
-def _inner_kernels(record: OpRecord) -> _InnerKernels:
-    table: dict[str, Any] = _torch_triton.triton_ops_to_kernels
-    entry = table.get(_table_key(record))
-    if not isinstance(entry, _InnerKernels):
-        entry = table[_table_key(record)] = _InnerKernels()
-    return entry
 
 
 def _uninstall(record: OpRecord, value: Any) -> None:

@@ -4,8 +4,7 @@
 * ``_opclass_op``: its ``OpOverload`` (what torch.compile reads a class call as; ``None`` once
   the op is replaced or removed);
 * ``_opclass_call``: the function ``MyOp(...)`` runs: a stand-in that generates the real one on
-  the op's first call, then the generated function (:mod:`opclass.callpath.source`), compiled
-  once, registered in :mod:`linecache` so tracebacks and ``inspect.getsource`` show it;
+  the op's first call, then the generated function (:mod:`opclass.callpath.source`), shown by tracebacks;
 * ``_opclass_fast``: the native class call's plain-eager entry for simple ops
   (:func:`~opclass.callpath.source.c_entry`).
 
@@ -21,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import linecache
 import weakref
@@ -52,12 +52,9 @@ def document(cls: Any, spec: OpSpec) -> None:
 
 
 def arm(record: OpRecord, cls: Any) -> None:
-    """Make ``cls`` call ``record``'s op: a stand-in that generates the real call on the first call.
-
-    Libraries define hundreds of ops at import and call a few, so the code is generated (and
-    compiled) when first needed, not at definition: everything that can be wrong with a
-    definition was checked before this point, and generating from a valid record does not fail.
-    """
+    """Make ``cls`` call ``record``'s op: a stand-in that generates the real call on the first call
+    (libraries define hundreds of ops at import and call a few; a valid record never fails to
+    generate, as everything that can be wrong with a definition was checked before this point)."""
     cls._opclass_record = record
     cls._opclass_op = record.op
     dynamo.watch(type(cls))  # OpMeta is watched already; a metaclass derived from it is not
@@ -83,26 +80,20 @@ def call_function(cls: Any) -> Callable[..., Any]:
         with LOCK:
             if cls.__dict__["_opclass_call"] is call:
                 _build_call(cls.__dict__["_opclass_record"], cls)
-    result: Callable[..., Any] = cls.__dict__["_opclass_call"]
-    return result
+    return cls.__dict__["_opclass_call"]  # type: ignore[no-any-return]
 
 
 def _build_call(record: OpRecord, cls: Any) -> None:
-    """Generate and install ``cls``'s call, and the C entry for simple ops.
-
-    Where ``OpMeta`` has no C call (the native guard was not loaded at import), the function is
-    the class's ``__new__``: ``OpMeta.__setattr__`` installs it when ``_opclass_call`` is set.
-    """
-    as_new = not native.CALL_IS_NATIVE
-    cls._opclass_call = _make_call(record, cls, "native", as_new)
+    """Generate and install ``cls``'s call, and the C entry for simple ops. Where ``OpMeta`` has no
+    C call (no native guard at import), the function is the class's ``__new__``, which
+    ``OpMeta.__setattr__`` installs when ``_opclass_call`` is set."""
+    cls._opclass_call = _make_call(record, cls, "native", not native.CALL_IS_NATIVE)
     # The C entry repeats the generated function's decisions, so only where it has a fast path.
     cls._opclass_fast = c_entry(record) if record.plan is not None and record.plan.off is None else None
     module = native.native_module()
     if module is not None:
-        try:  # calls skip tp_call's argument tuple
-            module.enable_vectorcall(type(cls), cls)
-        except TypeError:
-            pass  # a metaclass with a __call__ of its own keeps it
+        with contextlib.suppress(TypeError):  # a metaclass with a __call__ of its own keeps it
+            module.enable_vectorcall(type(cls), cls)  # calls skip tp_call's argument tuple
 
 
 def python_guard_call(record: OpRecord, cls: type) -> Callable[..., Any] | None:

@@ -1,15 +1,12 @@
 """torch.compile sees a call of an op class as a call of its ``OpOverload``: one node, traced as cheaply.
 
-Dynamo ignores a metaclass ``__call__`` (and ``OpMeta``'s C vectorcall) and would trace
-``MyOp(x)`` as an instantiation, inlining ``__new__`` on every call. It is taught to read
-``MyOp(...)`` as ``MyOp._opclass_op(...)``, as it reads ``torch.ops.ns.name.default(...)``.
-
-torch has no public way to make a class call trace as another callable (``allow_in_graph`` puts
-the class in the graph; ``substitute_in_graph`` takes functions only). Dynamo's exact-type table
-``VariableBuilder._type_dispatch()`` (the same in torch 2.11 to 2.15) gets an entry for
-``OpMeta`` that runs dynamo's own wrapping for a class, so guards and attribute reads stay
-dynamo's, and then makes the result an :class:`OpClassVariable`, whose ``call_function`` calls
-the op's variable. Without the table, class calls trace through ``__new__`` as before.
+Dynamo ignores a metaclass ``__call__`` (and ``OpMeta``'s C vectorcall) and would trace ``MyOp(x)``
+as an instantiation, inlining ``__new__``. torch has no public way to make a class call trace as
+another callable (``allow_in_graph`` puts the class in the graph; ``substitute_in_graph`` takes
+functions only), so dynamo's exact-type table ``VariableBuilder._type_dispatch()`` (the same in
+torch 2.11 to 2.15) gets an entry for ``OpMeta``: dynamo's own wrapping for a class (its guards
+and attribute reads), made an ``OpClassVariable`` that reads ``MyOp(...)`` as
+``MyOp._opclass_op(...)``. Without the table, class calls trace through ``__new__`` as before.
 
 The op is read through ``AttrSource(MyOp, "_opclass_op")``, so compiled code is guarded on it:
 removing or redefining the class sets it to ``None`` and the retrace takes dynamo's usual path
@@ -19,6 +16,7 @@ Registration waits until ``torch._dynamo`` is imported (:mod:`opclass.core.after
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import warnings
 from typing import Any, Callable
@@ -33,16 +31,14 @@ _LOCK = threading.RLock()
 _WANTED: set[type] = set()
 #: Those already in dynamo's table.
 _DONE: set[type] = set()
-#: dynamo's dispatch tables, once found (None: not yet, or this torch lacks them).
-_TABLES: list[dict[object, Callable[..., Any]]] | None = None
+#: dynamo's dispatch tables and the entry to put in them, once found (None: not yet, or this torch lacks them).
+_TABLES: tuple[list[dict[object, Callable[..., Any]]], Callable[..., Any]] | None = None
 _UNSUPPORTED = False
 
 
 def watch(meta: type) -> None:
-    """Have dynamo trace calls of classes whose metaclass is ``meta`` as calls of their op.
-
-    Cheap and import-free when called again for the same metaclass (once per op definition).
-    """
+    """Have dynamo trace calls of classes whose metaclass is ``meta`` as calls of their op (cheap
+    and import-free when called again for the same metaclass: once per op definition)."""
     if meta in _DONE or _UNSUPPORTED:
         return
     with _LOCK:
@@ -57,26 +53,21 @@ def _register() -> None:
         if _UNSUPPORTED:
             return
         if _TABLES is None:
-            try:
+            with contextlib.suppress(Exception):  # another torch: keep dynamo's usual path
                 _TABLES = _dispatch_tables()
-            except Exception:  # noqa: BLE001 - another torch: keep dynamo's usual path
-                _TABLES = None
             if _TABLES is None:
                 _UNSUPPORTED = True
                 return
+        tables, wrap_op_class = _TABLES
         for meta in _WANTED - _DONE:
-            for table in _TABLES:
-                table.setdefault(meta, _wrap_op_class)
+            for table in tables:
+                table.setdefault(meta, wrap_op_class)
             _DONE.add(meta)
 
 
-_OpClassVariable: Any = None
-_UserDefinedClassVariable: Any = None
-
-
-def _dispatch_tables() -> list[dict[object, Callable[..., Any]]] | None:
-    """dynamo's exact-type dispatch tables (one per ``config.trace_numpy`` value), or ``None``."""
-    global _OpClassVariable, _UserDefinedClassVariable
+def _dispatch_tables() -> tuple[list[dict[object, Callable[..., Any]]], Callable[..., Any]] | None:
+    """dynamo's exact-type dispatch tables (one per ``config.trace_numpy`` value) and the entry
+    that wraps an op class, or ``None``."""
     from torch._dynamo.source import AttrSource
     from torch._dynamo.variables.builder import VariableBuilder
     from torch._dynamo.variables.user_defined import UserDefinedClassVariable
@@ -101,23 +92,20 @@ def _dispatch_tables() -> list[dict[object, Callable[..., Any]]] | None:
             op_var = VariableBuilder(tx, AttrSource(self.source, "_opclass_op"))(op)
             return op_var.call_function(tx, args, kwargs)
 
-    _OpClassVariable = OpClassVariable
-    _UserDefinedClassVariable = UserDefinedClassVariable
-    return tables
+    def wrap_op_class(builder: Any, value: type) -> Any:
+        """dynamo's wrapping of the class ``value``, with calls of it read as calls of its op."""
+        plain = {t: f for t, f in builder._type_dispatch().items() if f is not wrap_op_class}
+        # An instance attribute shadows the classmethod for this one wrap (a builder wraps one value).
+        builder._type_dispatch = lambda: plain
+        try:
+            variable = builder._wrap(value)
+        finally:
+            del builder._type_dispatch
+        if type(variable) is UserDefinedClassVariable:
+            variable.__class__ = OpClassVariable
+        return variable
 
-
-def _wrap_op_class(builder: Any, value: type) -> Any:
-    """dynamo's wrapping of the class ``value``, with calls of it read as calls of its op."""
-    plain = {t: f for t, f in builder._type_dispatch().items() if f is not _wrap_op_class}
-    # An instance attribute shadows the classmethod for this one wrap (a builder wraps one value).
-    builder._type_dispatch = lambda: plain
-    try:
-        variable = builder._wrap(value)
-    finally:
-        del builder._type_dispatch
-    if type(variable) is _UserDefinedClassVariable:
-        variable.__class__ = _OpClassVariable
-    return variable
+    return tables, wrap_op_class
 
 
 _WARNED: set[tuple[str, str]] = set()

@@ -1,22 +1,18 @@
 """The pure-Python guard's per-op records of plain argument sets, checked in one C call.
 
-Reading each Tensor's dispatch key set from Python would cost more than the dispatcher itself
-from a handful of Tensors on. Instead, the first call with a given set of argument kinds runs
-the exact check (:func:`exact_code`: every Tensor's type and key set, thread-local state) and,
-if the call is plain, records a check for calls like it: torch's own C Tensor check
-(``torch._C._dynamo.guards.TensorGuards``, part of torch's C extension, so no ``torch._dynamo``
-import), which compares each Tensor's exact type, dispatch key set (thread-local included and
-excluded keys applied), dtype, device and ``requires_grad`` with the recorded ones, sizes and
+Reading each Tensor's dispatch key set from Python costs more than the dispatcher from a handful
+of Tensors on. So the first call with a given set of argument kinds runs the exact check
+(:func:`exact_code`) and, if the call is plain, records torch's own C Tensor check for calls like
+it (``torch._C._dynamo.guards.TensorGuards``, no ``torch._dynamo`` import): each Tensor's exact
+type, dispatch key set (thread-local keys applied), dtype, device and ``requires_grad``, sizes and
 strides left free. A hit proves the dispatcher would make the recorded decision. What a key set
-cannot show (TorchFunctionMode, the profiler, forward AD, dispatch modes' Python keys, the
-Python dispatcher, jit tracing) the generated call checks on every call; :func:`_self_test`
-checks that the other included keys do show.
+cannot show (TorchFunctionMode, the profiler, forward AD, dispatch modes' Python keys, the Python
+dispatcher, jit tracing) the generated call checks on every call.
 
 Each op keeps its two latest records. Calls that keep missing stop recording after
 :data:`MAX_RECORDS`, and from :data:`HAND_OVER` Tensors such a miss goes to the dispatcher. If
-``TensorGuards`` is missing or fails the self-test (a future torch), every call runs the exact
-check: slower, same decisions. The self-test runs once, on its own thread started by the first
-miss; until it is over misses record nothing, so no call waits for it (:func:`factory`).
+``TensorGuards`` is missing or fails the self-test (:func:`factory`; a future torch), every call
+runs the exact check: slower, same decisions.
 
 Example:
     >>> from opclass.callpath import pyguard
@@ -67,29 +63,22 @@ class _NoTensor(torch.Tensor):
 NO_TENSOR: Any = torch.Tensor._make_subclass(_NoTensor, torch.empty(0))
 
 
-def _never(*values: Any) -> bool:
-    return False
-
-
-#: An empty slot: (check, code).
-EMPTY: tuple[Callable[..., bool], int] = (_never, 0)
+#: An empty slot: (check, code); its check matches nothing.
+EMPTY: tuple[Callable[..., bool], int] = (lambda *values: False, 0)
 
 
 class Slots(list):  # type: ignore[type-arg]
-    """One op's records, most recent first: ``[(check, code), (check, code), built]``.
-
-    A list so a generated call reads a slot with one subscript and a miss replaces both slots
-    with one slice assignment (atomic under the GIL: a thread sees old or new pairs, never a mix).
-    """
+    """One op's records, most recent first: ``[(check, code), (check, code), built]``. A list so a
+    generated call reads a slot with one subscript and a miss replaces both slots with one slice
+    assignment (atomic under the GIL: a thread sees old or new pairs, never a mix)."""
 
     def __init__(self) -> None:
         super().__init__([EMPTY, EMPTY, 0])
 
 
-_lock = threading.Lock()
 _factory: Callable[[Sequence[Any]], Callable[..., bool]] | None = None
 _status = "not tried yet"
-_started = False
+_started = threading.Lock()  # taken by the call that starts the self-test, never given back
 _done = threading.Event()
 
 
@@ -108,8 +97,7 @@ def _make_factory() -> Callable[[Sequence[Any]], Callable[..., bool]] | None:
     def factory(tensors: Sequence[Any]) -> Callable[..., bool]:
         free = [[None] * t.dim() for t in tensors]
         guards = make(*tensors, dynamic_dims_sizes=free, dynamic_dims_strides=free, tensor_check_names=[f"t{i}" for i in range(len(tensors))])
-        check: Callable[..., bool] = guards.check
-        return check
+        return guards.check  # type: ignore[no-any-return]
 
     try:
         problem = _self_test(factory)
@@ -144,25 +132,20 @@ def _self_test(factory: Callable[[Sequence[Any]], Callable[..., bool]]) -> str |
         "None": (a, None),
         "a number": (a, 1.0),
     }
-    for what, values in accepted.items():
-        if not check(*values):
-            return f"refuses {what}"
-    for what, values in refused.items():
-        if check(*values):
-            return f"accepts {what}"
-    if check_c(a, c.conj()):
-        return "accepts a conjugate-bit view"
-    if not check_c(a, c):
-        return "refuses its own arguments"
-    with torch.inference_mode():
-        if check(a, b):
-            return "ignores inference_mode"
-    with _C._AutoDispatchBelowAutograd():
-        if check(a, b):
-            return "ignores excluded autograd keys"
-    with torch.autocast("cpu"):
-        if check(a, b):
-            return "ignores autocast"
+    cases = {**{what: (check, v, True) for what, v in accepted.items()}, **{what: (check, v, False) for what, v in refused.items()}}
+    cases.update({"a conjugate-bit view": (check_c, (a, c.conj()), False), "its own arguments": (check_c, (a, c), True)})
+    for what, (fn, values, ok) in cases.items():
+        if fn(*values) != ok:
+            return f"{'refuses' if ok else 'accepts'} {what}"
+    states: dict[str, Callable[[], Any]] = {
+        "inference_mode": torch.inference_mode,
+        "excluded autograd keys": _C._AutoDispatchBelowAutograd,
+        "autocast": lambda: torch.autocast("cpu"),
+    }
+    for what, state in states.items():
+        with state():
+            if check(a, b):
+                return f"ignores {what}"
     # Included keys must show too; the generated call checks the ones that do not (dispatch
     # modes' Python keys, the Python dispatcher, jit tracing) itself.
     # (Not Meta: setting it, even briefly, leaves torch state behind that breaks later factory calls.)
@@ -182,24 +165,17 @@ def _self_test(factory: Callable[[Sequence[Any]], Callable[..., bool]]) -> str |
 
 
 def factory(wait: bool = False) -> Callable[[Sequence[Any]], Callable[..., bool]] | None:
-    """The record maker once its self-test has passed; ``None`` while the self-test runs, or if
-    it failed.
-
-    The first call starts the self-test on a thread of its own (torch makes its first sparse,
-    autocast and inference Tensors in it) and does not wait: misses meanwhile run the exact check
-    and record nothing, slower but with the same decisions. The thread gives the self-test a
-    thread's default state, whatever state the first call is in. ``wait=True`` blocks until the
-    self-test is over (for tests and tools).
-    """
-    global _started, _status
+    """The record maker once its self-test has passed; ``None`` while it runs, or if it failed. The
+    first call starts the self-test on a thread of its own, in a thread's default state whatever
+    state that call is in (torch makes its first sparse, autocast and inference Tensors there), and
+    does not wait: misses meanwhile record nothing. ``wait=True`` waits (tests, tools)."""
+    global _status
     if not _done.is_set():
-        with _lock:
-            if not _started:
-                _started = True
-                _status = "self-test running: calls run the exact check until it is over"
-                # Not a daemon: the interpreter waits for it at exit (torch aborts if a thread is still
-                # in it during finalization).
-                threading.Thread(target=_run_self_test, name="opclass-guard-self-test").start()
+        if _started.acquire(blocking=False):
+            _status = "self-test running: calls run the exact check until it is over"
+            # Not a daemon: the interpreter waits for it at exit (torch aborts if a thread is still
+            # in it during finalization).
+            threading.Thread(target=_run_self_test, name="opclass-guard-self-test").start()
         if wait:
             _done.wait()
     return _factory
@@ -211,12 +187,6 @@ def _run_self_test() -> None:
         _factory = _make_factory()
     finally:
         _done.set()
-
-
-def _included_ok() -> frozenset[int]:
-    """Thread-local included key sets of plain eager mode (normal and inference_mode)."""
-    base = _C.DispatchKeySet(_C.DispatchKey.BackendSelect)
-    return frozenset({base.raw_repr(), base.add(_C.DispatchKey.ADInplaceOrView).raw_repr()})
 
 
 def _bad_excluded() -> int:
@@ -234,7 +204,9 @@ def _bad_excluded() -> int:
 
 # Constants of plain eager mode, computed once (they are the same for every op).
 OK_KEYS = {device: frozenset(ks.raw_repr() for ks in plain_keysets(device)) for device in FAST_DEVICES}
-INCLUDED_OK = _included_ok()
+# Thread-local included key sets (normal and inference_mode).
+_BASE = _C.DispatchKeySet(_C.DispatchKey.BackendSelect)
+INCLUDED_OK = frozenset({_BASE.raw_repr(), _BASE.add(_C.DispatchKey.ADInplaceOrView).raw_repr()})
 BAD_EXCLUDED = _bad_excluded()
 _keys = _C._dispatch_keys
 _excluded_set = _C._dispatch_tls_local_exclude_set
@@ -249,8 +221,7 @@ def exact_code(tensors: Sequence[Any], devices: frozenset[str]) -> int:
     dispatch keys (the caller checked the rest of the state): 0 (not plain: the dispatcher), else the
     device's code, ``| GRAD`` if grad may be needed, ``| BUMP`` if mutated Tensors' versions are bumped."""
     ok: frozenset[int] | None = None
-    device = ""
-    grad = False
+    device, grad = "", False
     for t in tensors:
         if t is NO_TENSOR:
             continue
@@ -267,12 +238,7 @@ def exact_code(tensors: Sequence[Any], devices: frozenset[str]) -> int:
         grad = grad or t.requires_grad
     if ok is None or _included_set().raw_repr() not in INCLUDED_OK or _excluded_set().raw_repr() & BAD_EXCLUDED:
         return 0
-    code = DEVICE_CODES[device]
-    if grad and not _excluded(_AG):
-        code |= GRAD
-    if not _excluded(_ADIV):
-        code |= BUMP
-    return code
+    return DEVICE_CODES[device] | (GRAD if grad and not _excluded(_AG) else 0) | (0 if _excluded(_ADIV) else BUMP)
 
 
 def miss(slots: Slots, tensors: tuple[Any, ...], devices: frozenset[str]) -> int:
@@ -283,6 +249,5 @@ def miss(slots: Slots, tensors: tuple[Any, ...], devices: frozenset[str]) -> int
     if code and slots[2] < MAX_RECORDS:
         make = factory()
         if make is not None:
-            record = (make(tensors), code)
-            slots[:] = [record, slots[0], slots[2] + 1]
+            slots[:] = [(make(tensors), code), slots[0], slots[2] + 1]
     return code

@@ -12,10 +12,13 @@ Names in generated code (closure values unless said otherwise): ``_op`` the op's
 ``_u_<device>`` the user's kernel, ``_k_<device>`` the same checked by the output contract,
 ``_where_<device>`` how errors name it; ``_finish`` the output contract, ``_fresh`` its cheap
 test; ``_apply_<device>`` / ``_apply`` the fast / generic autograd.Function's apply, ``_Call``
-its per-call record; ``_bump`` the version-counter bump; ``_M`` "not passed"; with the Python
-guard ``_s`` the op's records, ``_miss`` the exact check, ``_NT`` the stand-in for ``None``.
-Locals: ``_g`` / ``_c`` the guard's code, ``_e`` a record, ``_f`` the freshness, ``_out`` the
-result, ``_a`` / ``_k`` extra positional / keyword arguments, ``_v`` their merge.
+its per-call record; ``_bump`` the version-counter bump; ``_M`` "not passed"; where providers
+choose, ``_p_<device>_<i>`` / ``_u_<device>_<i>`` the choice's candidates, ``_refuse_<device>``
+its refusal, ``_block`` the ``use_providers`` context variable's getter, ``_in_block`` a block's
+choice for the op; with the Python guard ``_s`` the op's records, ``_miss`` the exact check,
+``_NT`` the stand-in for ``None``. Locals: ``_g`` / ``_c`` the guard's code, ``_e`` a record,
+``_f`` the freshness, ``_out`` the result, ``_a`` / ``_k`` extra positional / keyword arguments,
+``_v`` their merge, ``_b`` / ``_ch`` a block and its choice.
 
 Example:
     >>> from opclass.callpath.source import merge_keywords
@@ -26,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -38,6 +42,7 @@ from opclass.core import native
 from opclass.core.types import BUMP, CHECK_NAMES, DEVICE_CODES, FAST_DEVICES, GRAD, guard_text
 from opclass.define.arguments import Argument
 from opclass.install.functions import Call, functions
+from opclass.install import orders
 from opclass.install.outputs import INLINE_NAMES, INLINE_TEST, output_is_fresh
 from opclass.install.record import OpRecord
 
@@ -49,16 +54,12 @@ def merge_keywords(extra: tuple[Any, ...], keywords: dict[str, Any], values: tup
     dispatcher must parse the call (too many arguments, an unknown or repeated keyword) and raise."""
     if extra:
         return None
-    merged = list(values)
+    merged = dict(zip(names, values))
     for name, value in keywords.items():
-        try:
-            i = names.index(name)
-        except ValueError:
+        if merged.get(name) is not pyguard.MISSING:  # unknown (None), or passed twice
             return None
-        if merged[i] is not pyguard.MISSING:
-            return None
-        merged[i] = value
-    return tuple(merged)
+        merged[name] = value
+    return tuple(merged.values())
 
 
 def call_original(op: Any, values: tuple[Any, ...], extra: tuple[Any, ...], keywords: dict[str, Any]) -> Any:
@@ -68,18 +69,11 @@ def call_original(op: Any, values: tuple[Any, ...], extra: tuple[Any, ...], keyw
 
 
 def call_passed(op: Any, names: tuple[str, ...], values: tuple[Any, ...], keywords: dict[str, Any]) -> Any:
-    """``op`` with only the arguments the caller passed (some are missing): for torch's error."""
-    args: list[Any] = []
-    kwargs: dict[str, Any] = {}
-    for name, value in zip(names, values):
-        if value is pyguard.MISSING:
-            continue
-        if kwargs or len(args) < names.index(name):
-            kwargs[name] = value
-        else:
-            args.append(value)
-    kwargs.update((k, v) for k, v in keywords.items() if v is not pyguard.MISSING)
-    return op(*args, **kwargs)
+    """``op`` with only the arguments the caller passed (some are missing): for torch's error.
+    Those before the first missing one positionally, the others by name."""
+    missing = pyguard.MISSING
+    n = next((i for i, v in enumerate(values) if v is missing), len(values))
+    return op(*values[:n], **{k: v for k, v in (*zip(names[n:], values[n:]), *keywords.items()) if v is not missing})
 
 
 def call_source(record: OpRecord, name: str, *, guard: str, as_new: bool) -> tuple[str, dict[str, Any]]:
@@ -88,14 +82,11 @@ def call_source(record: OpRecord, name: str, *, guard: str, as_new: bool) -> tup
     the plan allows written for ``guard`` (``"native"`` or ``"python"``), then the op."""
     assert record.op is not None
     closure: dict[str, Any] = {"_op": record.op._op}  # what OpOverload.__call__ calls, one frame less
-    if any(a.name.startswith("_") for a in record.arguments):
+    if record.arguments.underscored:
         # A parameter could shadow a generated name (_op...): take everything as given.
         return f"def {name}({'_cls, /, ' if as_new else ''}*args, **kwargs):\n    return _op(*args, **kwargs)\n", closure
     head = _Head(record, closure, as_new)
-    plan = record.plan
-    body: list[str] = []
-    if plan is not None and plan.off is None:
-        body = _Body(record, closure, guard).lines()
+    body = _Body(record, closure, guard).lines() if record.plan is not None and record.plan.off is None else []
     formula = record.formula
     if record.functorch_entry is not None and not record.mutated and formula is not None and (formula.backward is not None or formula.jvp is not None):
         # Under torch.func transforms an op with a formula is differentiated from Python: the
@@ -119,9 +110,7 @@ class _Head:
 
     def __init__(self, record: OpRecord, closure: dict[str, Any], as_new: bool) -> None:
         self.closure, self.as_new, self.table, self.record = closure, as_new, record.arguments, record
-        for a in self.table:
-            if a.has_default:
-                closure[f"_default_{a.name}"] = a.default
+        closure.update({f"_default_{a.name}": a.default for a in self.table if a.has_default})
         if as_new:
             closure.update({"_M": pyguard.MISSING, "_merge": merge_keywords, "_call_passed": call_passed, "_call_original": call_original, "_names": tuple(a.name for a in self.table.positional)})
 
@@ -162,32 +151,28 @@ class _Body:
 
     def __init__(self, record: OpRecord, closure: dict[str, Any], guard: str) -> None:
         assert record.plan is not None
-        self.record, self.plan, self.closure, self.table = record, record.plan, closure, record.arguments
-        self.kernels = record.plan.kernels
+        self.record, self.plan, self.closure, self.table, self.kernels = record, record.plan, closure, record.arguments, record.plan.kernels
         self.native = native.native_module() if guard == "native" else None
-        closure.update(CHECK_NAMES)
         closure.update({f"_cfg_{a.name}": a.config for a in self.table if a.config is not None})
         self.value_guards = [
-            f"type({a.name}) is _cfg_{a.name}" if a.config is not None else guard_text(a.jit, a.name) or "False"
-            for a in self.table
-            if not a.kind.tensor
+            f"type({a.name}) is _cfg_{a.name}" if a.config is not None else guard_text(a.jit, a.name) or "False" for a in self.table if not a.kind.tensor
         ]
         fns = functions(record)
-        # A gate (a hook's per-thread state) sends every plain call to the dispatcher while open.
-        self.gate = ["_gate[0]"] if record.plan.gate is not None else []
+        # Where providers choose, a use_providers block open in the caller's context may choose
+        # otherwise: its choice, cached in the block (see in_block).
+        if any(k.choice is not None for k in self.kernels.values()):
+            closure.update({"_block": orders.BLOCK.get, "_in_block": in_block(record, _closure_key(record))})
         closure.update(
             {
-                "_gate": record.plan.gate,
                 "_tfm": _C._is_torch_function_mode_enabled, "_profiling": _C._autograd._profiler_enabled, "_fw": _forward_ad,
                 "_grad": _C.is_grad_enabled, "_autocast": _C._is_any_autocast_enabled, "_excluded": _C._dispatch_tls_is_dispatch_key_excluded,
                 "_ADIV": _C.DispatchKey.ADInplaceOrView, "_bump": _C._increment_version, "_Call": Call, "_apply": _c_apply(fns.generic),
-                "_finish": record.outputs.finish, "_fresh": output_is_fresh(), "_T": torch.Tensor,
+                "_finish": record.outputs.finish, "_fresh": output_is_fresh(), **CHECK_NAMES,
             }
         )
         for d, k in self.kernels.items():
             closure.update({f"_k_{d}": k.checked, f"_u_{d}": k.user, f"_where_{d}": k.where})
-        for d, fn_cls in fns.fast.items():
-            closure[f"_apply_{d}"] = _c_apply(fn_cls)
+        closure.update({f"_apply_{d}": _c_apply(fn_cls) for d, fn_cls in fns.fast.items()})
 
     def lines(self) -> list[str]:
         tensors = [a for a in self.table if a.kind.tensor]
@@ -199,7 +184,7 @@ class _Body:
         """One C call classifies every Tensor argument and the thread-local state."""
         assert self.native is not None
         self.closure.update({"_guard": self.native.guard, "_spec": "".join(a.kind.letter for a in tensors).encode()})
-        conditions = ["_g", *self.value_guards] + (["not _autocast()"] if self.plan.autocast_devices else []) + [f"not {g}" for g in self.gate]
+        conditions = ["_g", *self.value_guards] + (["not _autocast()"] if self.plan.autocast_devices else [])
         ind = "        "
         lines = [f"    _g = _guard(_spec, {', '.join(a.name for a in tensors)})", f"    if {' and '.join(conditions)}:", *self._lists_from_tuples(ind)]
         for d in self.kernels:
@@ -208,18 +193,17 @@ class _Body:
         return lines
 
     def _by_device_argument(self) -> list[str]:
-        """An op without Tensor arguments (a ``Device`` argument picks the device): the exact
-        thread-local checks, the argument types, then the device's kernel."""
+        """An op without Tensor arguments: the exact thread-local checks, then its ``Device`` argument's kernel."""
         self.closure.update(
             {"_included_set": _C._dispatch_tls_local_include_set, "_included_ok": pyguard.INCLUDED_OK, "_excluded_set": _C._dispatch_tls_local_exclude_set, "_bad_excluded": pyguard.BAD_EXCLUDED}
         )
-        guard = " or ".join(["_tfm() or _included_set().raw_repr() not in _included_ok or _excluded_set().raw_repr() & _bad_excluded or _profiling() or _fw._current_level >= 0", *self.gate])
+        guard = "_tfm() or _included_set().raw_repr() not in _included_ok or _excluded_set().raw_repr() & _bad_excluded or _profiling() or _fw._current_level >= 0"
         lines, ind = [f"    if not ({guard}{' or _autocast()' if self.plan.autocast_devices else ''}):"], "        "
         if self.value_guards:
             lines.append(f"{ind}if {' and '.join(self.value_guards)}:")
             ind += "    "
         lines += self._lists_from_tuples(ind)
-        device = next(a.name for a in self.table if a.jit == "Device")
+        device = next(a.name for a in self.table if a.is_device)
         for i, d in enumerate(self.kernels):
             lines += [f"{ind}{'elif' if i else 'if'} {device}.type == '{d}':", *self._kernel_call(d, ind + "    ")]
         return lines
@@ -230,7 +214,7 @@ class _Body:
         self.closure.update({"_s": pyguard.Slots(), "_miss": pyguard.miss, "_devices": frozenset(self.kernels), "_NT": pyguard.NO_TENSOR, **INLINE_NAMES})
         # What the recorded key sets cannot show, checked on every call.
         self.closure.update({"_modes": _C._len_torch_dispatch_stack, "_tracing": _C._is_tracing, "_included": _C._dispatch_tls_is_dispatch_key_included, "_PD": _C.DispatchKey.PythonDispatcher})
-        guard = " or ".join(["_tfm() or _profiling() or _fw._current_level >= 0 or _modes() or _tracing() or _included(_PD)", *self.gate])
+        guard = "_tfm() or _profiling() or _fw._current_level >= 0 or _modes() or _tracing() or _included(_PD)"
         if self.plan.autocast_devices:
             guard += " or _autocast()"  # else a miss under autocast would record it as plain
         lines, ind = [f"    if not ({guard}):"], "        "
@@ -241,7 +225,7 @@ class _Body:
             ind += "    "
         flat = []
         for a in self.table:
-            optional = "Optional" in a.jit
+            optional = a.kind.letter in ("O", "M")  # None stands where a Tensor may be
             if a.kind.tensor == "one":
                 flat.append(f"(_NT if {a.name} is None else {a.name})" if optional else a.name)
             elif a.kind.tensor == "list":
@@ -257,55 +241,59 @@ class _Body:
         lines += [f"{ind}_c = _e[1]", f"{ind}if _c:"]
         ind += "    "
         lines += self._lists_from_tuples(ind)
-        devices = list(self.kernels)
+        # The guard's code names one of the devices: the last one needs no test.
+        *others, last = self.kernels
         lines.append(f"{ind}if _c & {GRAD} and _grad():")
-        for i, d in enumerate(devices):
-            last = i + 1 == len(devices)
-            lines += ([] if last else [f"{ind}    if _c & {DEVICE_CODES[d]}:"]) + self._grad_lines(d, ind + ("    " if last else "        "))
-        for i, d in enumerate(devices):
-            last = i + 1 == len(devices)
-            lines += ([] if last else [f"{ind}if _c & {DEVICE_CODES[d]}:"]) + self._kernel_call(d, ind if last else ind + "    ", bump=f"_c & {BUMP}", inline_fresh=True)
-        return lines
+        for d in others:
+            lines += [f"{ind}    if _c & {DEVICE_CODES[d]}:", *self._grad_lines(d, ind + "        ")]
+        lines += self._grad_lines(last, ind + "    ")
+        for d in others:
+            lines += [f"{ind}if _c & {DEVICE_CODES[d]}:", *self._kernel_call(d, ind + "    ", bump=f"_c & {BUMP}", inline_fresh=True)]
+        return lines + self._kernel_call(last, ind, bump=f"_c & {BUMP}", inline_fresh=True)
 
     def _lists_from_tuples(self, ind: str) -> list[str]:
         # The dispatcher hands kernels lists; callers may pass tuples (and list defaults are tuples).
         return [line for a in self.table if a.is_list for line in (f"{ind}if type({a.name}) is tuple:", f"{ind}    {a.name} = list({a.name})")]
 
     def _grad_lines(self, device: str, ind: str) -> list[str]:
-        if self.plan.grad == "eager":
-            # Differentiate through the kernel: call it with autograd on, as the Autograd kernel does.
-            return self._kernel_call(device, ind, differentiable=True)
         if self.plan.grad == "dispatcher":
             # Autograd through a mutation, or out= under grad: the dispatcher decides (or raises).
             return [f"{ind}return _op({self.table.call()})"]
-        names = ", ".join(self.table.names)
+        lines, names = [], ", ".join(self.table.names)
+        if self.kernels[device].choice is not None:
+            # A block that concerns the op: the dispatcher's kernels make its choice.
+            lines = [f"{ind}_b = _block()", f"{ind}if _b is not None and _in_block(_b) is not None:", f"{ind}    return _op({self.table.call()})"]
+        if self.plan.grad == "eager":
+            # Differentiate through the kernel: call it with autograd on, as the Autograd kernel does.
+            return lines + self._kernel_call(device, ind, differentiable=True)
         if f"_apply_{device}" in self.closure:
-            return [f"{ind}return _apply_{device}({names})"]
-        return [f"{ind}return _apply({names}, _Call(None, {len(self.table.positional)}, {tuple(a.name for a in self.table.keyword_only)!r}, _k_{device}))"]
+            return lines + [f"{ind}return _apply_{device}({names})"]
+        return [*lines, f"{ind}return _apply({names}, _Call(None, {len(self.table.positional)}, {tuple(a.name for a in self.table.keyword_only)!r}, _k_{device}))"]
 
     def _kernel_call(self, device: str, ind: str, differentiable: bool = False, bump: str = "not _excluded(_ADIV)", inline_fresh: bool = False) -> list[str]:
-        """Bump versions of mutated arguments, call the kernel (the first of the kernel's inline
-        choices whose predicate accepts the arguments), finish its output as the output contract
-        says, return."""
-        table, inline = self.table, self.kernels[device].inline
+        """Bump written arguments' versions, call the kernel (where providers choose, the first
+        candidate whose predicate takes the call), finish its output, return."""
+        table, choice = self.table, self.kernels[device].choice
         lines = []
         if table.written:
             # Before the kernel, as on the dispatcher path: a kernel that raises has still written.
             names = ", ".join(a.name for a in table.written) + ("," if len(table.written) == 1 else "")
-            lines.append(f"{ind}if {bump}:")  # _bump skips inference tensors
-            if all(a.jit == "Tensor" for a in table.written):
-                lines.append(f"{ind}    _bump(({names}))")
-            else:
-                lines.append(f"{ind}    _bump([_t for _v in ({names}) for _t in (_v if type(_v) is list else (_v,)) if _t is not None])")
-        if not inline:
+            tensors = f"({names})"
+            if any(a.jit != "Tensor" for a in table.written):
+                tensors = f"[_t for _v in ({names}) for _t in (_v if type(_v) is list else (_v,)) if _t is not None]"
+            lines += [f"{ind}if {bump}:", f"{ind}    _bump({tensors})"]  # _bump skips inference tensors
+        if choice is None:
             return lines + self._call(f"_u_{device}", f"_where_{device}", ind, differentiable, inline_fresh)
-        for i, (predicate, fn, where) in enumerate(inline):
-            self.closure.update({f"_u_{device}_{i}": fn, f"_where_{device}_{i}": where})
-            if predicate is None:
+        lines += [f"{ind}_b = _block()", f"{ind}if _b is not None:", f"{ind}    _ch = _in_block(_b)", f"{ind}    if _ch is not None:", f"{ind}        return _ch[2][{device!r}].fast({table.call()})"]
+        # The choice inline: each candidate up to the first that takes every call.
+        for i, e in enumerate(choice.tried):
+            self.closure.update({f"_u_{device}_{i}": e.fn, f"_where_{device}_{i}": e.where})
+            if e.options.supports is None:
                 return lines + self._call(f"_u_{device}_{i}", f"_where_{device}_{i}", ind, differentiable, inline_fresh)
-            self.closure[f"_p_{device}_{i}"] = predicate
+            self.closure[f"_p_{device}_{i}"] = e.options.supports
             lines += [f"{ind}if _p_{device}_{i}({table.call()}):", *self._call(f"_u_{device}_{i}", f"_where_{device}_{i}", ind + "    ", differentiable, inline_fresh)]
-        return lines + [f"{ind}return _op({table.call()})"]  # no candidate takes it: the dispatcher says why
+        self.closure[f"_refuse_{device}"] = choice.refuse
+        return lines + [f"{ind}return _refuse_{device}({table.call()})"]  # no candidate takes it
 
     def _call(self, fn: str, where: str, ind: str, differentiable: bool, inline_fresh: bool) -> list[str]:
         record, table = self.record, self.table
@@ -329,14 +317,16 @@ class _Body:
 
 
 def c_entry(record: OpRecord) -> tuple[Any, ...] | None:
-    """What the native class call needs to run a simple op's plain-eager call entirely in C:
-    ``(spec, single, kernel_cpu, kernel_cuda, apply_cpu, apply_cuda, finish, gate)``, or ``None``.
+    """What the native class call needs to run a simple op's plain-eager call entirely in C, or ``None``:
+    ``(spec, single, kernel_cpu, kernel_cuda, apply_cpu, apply_cuda, finish, blocks, key)``.
 
     Only for the cases the generated function handles without extra logic: positional Tensor,
     float, int and bool parameters (all passed), a functional op, no autocast kernel. The C code
     makes the same decisions as the generated function (same guard; exact types for the numbers)
     and hands every other call to it. Only where ``single`` is a fresh Tensor final: every other
-    result goes through ``finish``, the output contract.
+    result goes through ``finish``, the output contract. Where providers choose, ``blocks`` is
+    the ``use_providers`` context variable and ``key`` the op's key in a block's cache: a block
+    that concerns the op has its kernels there (a miss: the generated function fills it in).
     """
     module, plan, table = native.native_module(), record.plan, record.arguments
     if (
@@ -346,36 +336,68 @@ def c_entry(record: OpRecord) -> tuple[Any, ...] | None:
     ):
         return None
     fast = functions(record).fast
-    kernels = [_entry_kernel(plan.kernels[d]) if d in plan.kernels else None for d in FAST_DEVICES]
-    applies = [_c_apply(fast[d]) if d in plan.kernels and d in fast and plan.grad == "function" else None for d in FAST_DEVICES]
-    wheres: dict[tuple[str, int | None], str] = {(d, i): where for d, k in plan.kernels.items() for i, (_, _, where) in enumerate(k.inline)}
-    wheres.update({(d, None): k.where for d, k in plan.kernels.items()})
+    kernels = [_entry_kernel(plan.kernels[d].choice, plan.kernels[d].user) if d in plan.kernels else None for d in FAST_DEVICES]
+    applies = [_c_apply(fast[d]) if d in fast else None for d in FAST_DEVICES]  # fast: only where plan.grad is "function"
+    wheres = {**{e.fn: e.where for e in record.table.entries}, **{k.user: k.where for k in plan.kernels.values()}}
     finish = record.outputs.finish
 
-    def finish_entry(chosen: int | None, out: Any, *args: Any) -> Any:
-        """A kernel's output that is not final: the output contract (``chosen``: which of the
-        kernel's inline choices ran)."""
-        return finish(wheres[next(a.device.type for a in args if isinstance(a, torch.Tensor)), chosen], args, {}, out)
+    def finish_entry(kernel: Any, out: Any, *args: Any) -> Any:
+        """A kernel's output that is not final: the output contract, naming the kernel that ran."""
+        return finish(wheres[kernel], args, {}, out)
 
     spec = "".join(a.kind.entry or "" for a in table).encode()
-    return (spec, record.outputs.single, *kernels, *applies, finish_entry, plan.gate)
+    choosing = any(k.choice is not None for k in plan.kernels.values())
+    return (spec, record.outputs.single, *kernels, *applies, finish_entry, orders.BLOCK if choosing else None, _closure_key(record) if choosing else None)
 
 
-def _entry_kernel(k: Any) -> Any:
-    """The C entry's kernel for a device: the function, or for inline choices the tuple
-    ``(predicate, function, ..., last)`` (``last``: ``None`` where every choice has a predicate)."""
-    if not k.inline:
-        return k.user
-    pairs = [x for predicate, fn, _ in k.inline if predicate is not None for x in (predicate, fn)]
-    return (*pairs, k.inline[-1][1] if k.inline[-1][0] is None else None)
+def in_block(record: OpRecord, key: object) -> Callable[[orders.Block], Any]:
+    """``in_block(block)``: ``None`` where the block does not concern the op, else the op's choice
+    in it, ``(C kernel for cpu, C kernel for cuda, {device: Choice})``, cached in the block under
+    ``key`` (the C entry reads the cache)."""
+    table, devices = record.table, [d for d in FAST_DEVICES if record.plan is not None and d in record.plan.kernels]
+
+    def in_block(block: orders.Block) -> Any:
+        state = block.state  # first: a changed process-wide state empties the cache
+        found = block.get(key, in_block)
+        if found is in_block:
+            found = None
+            if block.concerns(table.qualname):
+                choices = {d: table.choice(d if d in table.kernels else None, state) for d in devices}
+                found = (*(_entry_kernel(choices[d], None) if d in choices else None for d in FAST_DEVICES), choices)
+            block[key] = found
+        return found
+
+    return in_block
+
+
+def _closure_key(record: OpRecord) -> object:
+    """The op's key in a block's cache: one per install and process-wide state (a change of that
+    state arms the class again, and the new key misses what a block cached before)."""
+    found = _KEYS.get(record)
+    if found is None or found[0] != orders.version():
+        found = _KEYS[record] = (orders.version(), object())
+    return found[1]
+
+
+_KEYS: weakref.WeakKeyDictionary[OpRecord, tuple[int, object]] = weakref.WeakKeyDictionary()
+
+
+def _entry_kernel(choice: Any, user: Any) -> Any:
+    """The C entry's kernel for a device: the function, or where providers choose, the tuple
+    ``(predicate, function, ..., last)`` (``last``: the candidate without a predicate, or the
+    refusal)."""
+    if choice is None:
+        return user
+    tried = choice.tried
+    if len(tried) == 1 and tried[0].options.supports is None:
+        return tried[0].fn
+    pairs = [x for e in tried if e.options.supports is not None for x in (e.options.supports, e.fn)]
+    return (*pairs, tried[-1].fn if tried and tried[-1].options.supports is None else choice.refuse)
 
 
 def _c_apply(fn_cls: type[torch.autograd.Function]) -> Callable[..., Any]:
     """The Function's C-level ``apply`` (skips Python ``Function.apply``'s functorch handling,
     which the guards already ruled out); the Python one for Tensor-list ops, which needs it."""
-    apply: Callable[..., Any]
     if "apply" in vars(fn_cls) and not isinstance(vars(fn_cls)["apply"], classmethod):
-        apply = fn_cls.apply  # supports_tensorlist's wrapper
-    else:
-        apply = _C._FunctionBase.__dict__["apply"].__get__(None, fn_cls)
-    return apply
+        return fn_cls.apply  # supports_tensorlist's wrapper
+    return _C._FunctionBase.__dict__["apply"].__get__(None, fn_cls)  # type: ignore[no-any-return]

@@ -77,7 +77,8 @@ class _AfterImport(MetaPathFinder):
                 return None
             if not _WAITING and self in sys.meta_path:
                 sys.meta_path.remove(self)
-        spec = next((s for f in list(sys.meta_path) if f is not self and (s := _find(f, fullname, path, target)) is not None), None)
+        finders = [f.find_spec for f in sys.meta_path if f is not self and getattr(f, "find_spec", None) is not None]
+        spec = next((s for find in finders if (s := find(fullname, path, target)) is not None), None)
         loader = getattr(spec, "loader", None)
         exec_module = getattr(loader, "exec_module", None)
         if spec is None or loader is None or exec_module is None:
@@ -99,11 +100,6 @@ class _AfterImport(MetaPathFinder):
         except (AttributeError, TypeError):  # a loader that takes no attributes
             _rearm(fullname, callbacks)
         return spec
-
-
-def _find(finder: object, fullname: str, path: Sequence[str] | None, target: ModuleType | None) -> ModuleSpec | None:
-    find = getattr(finder, "find_spec", None)
-    return find(fullname, path, target) if find is not None else None
 
 
 def _rearm(name: str, callbacks: list[Callable[[], None]]) -> None:

@@ -93,9 +93,8 @@ def register_config(cls: type) -> bool:
     if "__fx_repr__" not in vars(cls):
         cls.__fx_repr__ = _fx_repr  # type: ignore[attr-defined]
     oo = _opaque()
-    register = getattr(oo, "register_custom_class", None)
-    if register is not None:
-        register(cls, typ="constant")
+    if hasattr(oo, "register_custom_class"):
+        oo.register_custom_class(cls, typ="constant")
     else:
         oo.register_opaque_type(cls, typ="value")
     return True
@@ -119,11 +118,8 @@ def _fx_repr(self: Any) -> tuple[str, dict[str, type]]:
 
 @dataclasses.dataclass(frozen=True)
 class _OpaqueProbe:
-    """A plain frozen dataclass, registered once to learn whether torch takes such a class: it has
-    what opclass gives a config class (``__eq__``, ``__hash__``, ``__fx_repr__``), no torch base."""
-
-    def __fx_repr__(self) -> tuple[str, dict[str, type]]:
-        return "_OpaqueProbe()", {"_OpaqueProbe": _OpaqueProbe}
+    """A plain frozen dataclass, registered once to learn whether torch takes such a class: no torch
+    base, and what a config class has (``__eq__``, ``__hash__``; :func:`register_config` adds ``__fx_repr__``)."""
 
 
 def config_stand_in() -> str:

@@ -1,9 +1,9 @@
 """Names the runtime and the type checkers share: device types, class keywords, and what type
 checkers must know of the built-in hooks.
 
-No torch here: mypy imports the ``opclass.mypy`` plugin in every run, and the plugin reads these.
-The hooks themselves say what they are (``opclass.hooks()``); :data:`HOOK_KINDS` is that, as
-far as type checkers need it, kept equal to the registry by ``tests/test_typing.py``.
+No torch here: mypy imports the ``opclass.mypy`` plugin, which reads these, in every run.
+:data:`HOOK_KINDS` is what the hooks say of themselves (``opclass.hooks()``) as far as type
+checkers need it, kept equal to the registry by ``tests/test_typing.py``.
 
 Example:
     >>> from opclass.core.names import CLASS_KEYWORDS, DEVICE_TYPES, HOOK_KINDS
@@ -21,10 +21,9 @@ DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "hpu", "mtia", "xla", "ipu", "maia"
 #: The keywords ``CustomOp.__init_subclass__`` takes.
 CLASS_KEYWORDS = ("name", "namespace", "mutates_args", "schema", "tags", "pt2_compliant", "existing")
 
-#: Every built-in hook by kind, in registration order: ``"backend"`` (a kernel that makes the class
-#: an op; it takes the op's arguments), ``"kernel"`` (takes the op's arguments, makes no op),
-#: ``"static"`` (another static method), ``"value"`` (a class attribute) or ``"members"`` (static
-#: methods of any name, marked as its members: each takes the op's arguments).
+#: Every built-in hook by kind, in registration order: ``"backend"`` (a kernel: it takes the op's
+#: arguments and makes the class an op), ``"kernel"`` (one that makes no op), ``"static"`` (another
+#: static method), ``"value"`` (a class attribute) or ``"members"`` (kernels of any name, marked).
 HOOK_KINDS: dict[str, str] = {
     "default": "backend",
     **{device: "backend" for device in DEVICE_TYPES},

@@ -43,12 +43,8 @@ def cache_dir() -> Path:
 
 
 def _built_library(directory: Path) -> Path | None:
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        candidate = directory / f"{_NAME}{suffix}"
-        if candidate.is_file():
-            return candidate
-    candidate = directory / f"{_NAME}.so"
-    return candidate if candidate.is_file() else None
+    candidates = (directory / f"{_NAME}{suffix}" for suffix in (*importlib.machinery.EXTENSION_SUFFIXES, ".so"))
+    return next((c for c in candidates if c.is_file()), None)
 
 
 def _import(path: Path) -> ModuleType:
@@ -73,14 +69,7 @@ def build(verbose: bool = False) -> Path:
 
     directory = cache_dir()
     directory.mkdir(parents=True, exist_ok=True)
-    load(
-        name=_NAME,
-        sources=[str(_SOURCE)],
-        extra_cflags=["-O2"],
-        build_directory=str(directory),
-        verbose=verbose,
-        is_python_module=False,
-    )
+    load(name=_NAME, sources=[str(_SOURCE)], extra_cflags=["-O2"], build_directory=str(directory), verbose=verbose, is_python_module=False)
     path = _built_library(directory)
     if path is None:
         raise RuntimeError(f"the build left no {_NAME} library in {directory}")
@@ -98,7 +87,7 @@ def load(mode: str | None = None) -> None:
         _reason = "OPCLASS_GUARD=python"
         return
     try:
-        path = _built_library(cache_dir())
+        path = built()
         if path is None:
             if mode == "auto":
                 _reason = "not built (run: python -m opclass.native)"
@@ -114,9 +103,8 @@ def load(mode: str | None = None) -> None:
 
 def build_in_background(switch: Callable[[Callable[[], None]], int]) -> None:
     """Start building the native guard in a background process, once, where ``auto`` found no
-    build (called when an op class is defined). Nothing waits for it; see the module docstring.
-    Once it is loaded, ``switch(activate)`` makes it the guard (``activate()``) and gives the live
-    op classes calls generated for it, under the lock that definitions hold; it returns how many."""
+    build (called when an op class is defined). Once it is loaded, ``switch(activate)`` makes it
+    the guard and gives the live op classes calls generated for it (under the definitions' lock)."""
     global _build, _reason
     if _build is not None or _module is not None or _mode != "auto" or os.environ.get("OPCLASS_NATIVE_BUILD", "").lower() == "off":
         return
@@ -139,7 +127,7 @@ def _build_and_switch(switch: Callable[[Callable[[], None]], int]) -> None:
     env = {**os.environ, "OPCLASS_GUARD": "python", "OPCLASS_NATIVE_BUILD": "off", "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     try:
         done = subprocess.run([sys.executable, "-m", "opclass.native"], capture_output=True, text=True, env=env, check=False)
-        path = _built_library(cache_dir())
+        path = built()
         if path is None:
             # `python -m opclass.native` says why in one message (the compiler's error may span lines).
             text = done.stderr or done.stdout or f"exit status {done.returncode}"

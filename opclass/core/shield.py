@@ -19,10 +19,9 @@ except (ImportError, AttributeError):
 
 
 def shield(fn: F) -> F:
-    """Keep torch.compile from tracing ``fn`` (and what it calls) when it runs eagerly, e.g. a kernel
-    after a graph break, as custom_op's ``torch._disable_dynamo`` wrapper does, but by marking the
-    code object: no wrapper frame on the call path. Tracing a call of the op is not affected
-    (it is one node). Returns ``fn``."""
+    """Keep torch.compile from tracing ``fn`` (and what it calls) when it runs eagerly (a kernel after
+    a graph break), as custom_op's ``torch._disable_dynamo`` does, but by marking the code object: no
+    wrapper frame on the call path. A traced call of the op is one node, unaffected. Returns ``fn``."""
     code = getattr(fn, "__code__", None)
     if _SKIP is not None and code is not None:
         set_code_exec_strategy(code, _SKIP)

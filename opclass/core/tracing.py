@@ -1,10 +1,9 @@
 """An op's own mistake, raised while torch.compile traces it, said in the first line.
 
-torch.compile (dynamo) runs each op on FakeTensors and wraps whatever the op raises in an error
-whose first line is its own ("RuntimeError when making fake tensor call"), the op's message
-buried in the explanation. A mistake of the op's own (no fake kernel, a fake kernel that reads
-data) is raised there as the graph break torch raises for an op with no fake kernel, with the
-op's message as its first line: ``fullgraph=True`` fails with it, and without it the op runs
+torch.compile (dynamo) runs each op on FakeTensors and wraps what it raises in its own error
+("RuntimeError when making fake tensor call"), burying the op's message. The op's own mistake
+(no fake kernel, a fake kernel that reads data) is raised there as the graph break for an op
+with no fake kernel, the op's message first: ``fullgraph=True`` fails with it, else the op runs
 eagerly. Outside dynamo (eager, torch.export, FakeTensorMode) the error is raised as it is.
 
 Example:
@@ -26,8 +25,7 @@ def raise_in_trace(error: Exception, cause: BaseException | None = None) -> NoRe
     """Raise ``error`` (from ``cause``); inside dynamo's run of an op on FakeTensors, as
     dynamo's own error whose first line is ``error``'s message."""
     # Only where dynamo is already imported: opclass never imports it.
-    utils = sys.modules.get("torch._dynamo.utils")
-    if utils is not None and getattr(utils, "get_current_node", lambda: None)() is not None:
+    if getattr(sys.modules.get("torch._dynamo.utils"), "get_current_node", lambda: None)() is not None:
         from torch._dynamo.exc import unimplemented
 
         first, _, rest = str(error).partition("\n")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 import torch
 from torch import _C
@@ -100,10 +100,8 @@ _EXACT_RETURNS = ("Tensor", "Optional[Tensor]", "List[Tensor]", "int", "float", 
 def arg_type(jit: str) -> ArgType:
     """The call path's view of the JIT type text ``jit`` (``"Optional[Tensor]"``); a type it does
     not know has no check."""
-    if jit in _TENSOR_KINDS:
-        return _TENSOR_KINDS[jit]
     row = BY_JIT.get(jit)
-    return ArgType(row.check, entry=row.entry) if row is not None and jit != "Tensor" else ArgType()
+    return _TENSOR_KINDS.get(jit) or (ArgType() if row is None else ArgType(row.check, entry=row.entry))
 
 
 def holds_tensor(jit: str) -> bool:
@@ -111,12 +109,61 @@ def holds_tensor(jit: str) -> bool:
     return "Tensor" in jit
 
 
+def _inside(jit: str, head: str) -> str | None:
+    return jit[len(head) : -1] if jit.startswith(head) and jit.endswith("]") else None
+
+
+def optional_of(jit: str) -> str | None:
+    """The inner type of ``Optional[T]`` (``"T"``); ``None`` for a JIT type that is not optional."""
+    return _inside(jit, "Optional[")
+
+
+def element_of(jit: str) -> str | None:
+    """The element type of ``List[T]`` (``"T"``); ``None`` for a JIT type that is not a list
+    (``Optional[List[T]]`` is an optional, not a list)."""
+    return _inside(jit, "List[")
+
+
+def items_of(jit: str) -> tuple[str, ...] | None:
+    """The item types of ``Tuple[Tensor, List[int]]`` (``["Tensor", "List[int]"]``); ``None`` for
+    a JIT type that is not a tuple."""
+    text = _inside(jit, "Tuple[")
+    if text is None:
+        return None
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        depth += (c == "[") - (c == "]")
+        if c == "," and depth == 0:  # commas inside brackets are an item's own
+            parts.append(text[start:i].strip())
+            start = i + 1
+    return (*parts, text[start:].strip())
+
+
 def inner(jit: str) -> tuple[str, bool, bool]:
     """``(base, optional, list)`` of a JIT type text: ``Optional[List[int]]`` -> ``("int", True, True)``."""
-    optional = jit.startswith("Optional[")
-    jit = jit[len("Optional[") : -1] if optional else jit
-    listed = jit.startswith("List[")
-    return (jit[len("List[") : -1] if listed else jit), optional, listed
+    optional = optional_of(jit)
+    element = element_of(optional or jit)
+    return element or optional or jit, optional is not None, element is not None
+
+
+class JitType(NamedTuple):
+    """Every fact of one JIT type text at once (:func:`jit_type`): what the functions of the same
+    names give (``base``, ``is_list``: :func:`inner`'s; ``kind``: :func:`arg_type`'s)."""
+
+    optional: str | None
+    element: str | None
+    items: tuple[str, ...] | None
+    base: str
+    is_list: bool
+    holds_tensor: bool
+    kind: ArgType
+
+
+@functools.cache
+def jit_type(jit: str) -> JitType:
+    """The facts of the JIT type text ``jit``: ``jit_type("Optional[List[int]]").base == "int"``."""
+    base, _, listed = inner(jit)
+    return JitType(optional_of(jit), element_of(jit), items_of(jit), base, listed, holds_tensor(jit), arg_type(jit))
 
 
 def guard_text(jit: str, var: str) -> str | None:
@@ -143,9 +190,23 @@ def exact_return(kinds: tuple[str, ...], var: str) -> str | None:
     return " and ".join([f"type({var}) is tuple", f"len({var}) == {len(kinds)}", *(c.format(v=f"{var}[{i}]") for i, c in enumerate(checks))])  # type: ignore[union-attr]
 
 
+@functools.cache
+def exact_predicate(kinds: tuple[str, ...]) -> Callable[[Any], bool]:
+    """``is_exact(result)``: :func:`exact_return` for ``out`` as a function, one per return types."""
+    is_exact: Callable[[Any], bool] = eval(f"lambda out: {exact_return(kinds, 'out') or 'False'}", {"_T": torch.Tensor})  # noqa: S307
+    return is_exact
+
+
 def returns_of(schema: torch._C.FunctionSchema) -> tuple[str, ...]:
     """The return types of ``schema``, as JIT type texts."""
     return tuple(str(r.real_type) for r in schema.returns)
+
+
+def same_values(before: torch.Tensor, after: torch.Tensor) -> bool:
+    """Same shape, dtype and values, NaN where there was NaN."""
+    if before.shape != after.shape or before.dtype != after.dtype:
+        return False
+    return torch.equal(before, after) or bool(((before == after) | ((before != before) & (after != after))).all())  # NaN stays NaN
 
 
 def tensors_in(values: Any) -> Iterator[torch.Tensor]:
@@ -156,8 +217,6 @@ def tensors_in(values: Any) -> Iterator[torch.Tensor]:
         elif isinstance(v, (list, tuple)):
             yield from (t for t in v if isinstance(t, torch.Tensor))
 
-
-# --------------------------------------------------------------------------- device names
 
 #: Device types torch knows (a class method named after one, with no hook, is a mistake).
 DEVICE_TYPES = frozenset({"cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip", "ve", "fpga", "maia", "xla", "lazy", "vulkan", "mps", "hpu", "mtia", "privateuseone"})

@@ -14,14 +14,12 @@
 // modes, no tracing), no TorchFunctionMode, no RecordFunction callbacks (profiler), and, when
 // the op has an autocast rule, autocast off for the device; and no forward-AD level entered.
 //
-// fresh(out) -> bool: out is a plain Tensor that nothing but the caller references, no view,
-// with a storage nothing else holds, so it cannot alias an input (the cheap pre-check before
-// the full aliasing check).
+// fresh(out) -> bool: out is a plain Tensor only the caller references, no view, with a storage
+// of its own, so it cannot alias an input (the cheap pre-check before the full aliasing check).
 //
-// MetaBase: a metaclass whose tp_call calls ``cls._opclass_call(*args, **kwargs)`` directly.
-// When that raises a TypeError before any of its code ran (argument binding failed), or the
-// class has no call function, it hands over to the Python fallback set by set_fallback(), which
-// raises what the dispatcher raises.
+// MetaBase: a metaclass whose call runs ``cls._opclass_call(*args, **kwargs)`` directly, or where
+// that fails to bind its arguments, the Python fallback (set_fallback), which raises the
+// dispatcher's error.
 #include <Python.h>
 
 #include <cstddef>
@@ -296,40 +294,35 @@ PyObject* meta_call(PyObject* cls, PyObject* args, PyObject* kwargs) {
 }
 
 PyObject* fast_name = nullptr;  // "_opclass_fast"
-PyObject* zero = nullptr;  // the int 0 (one object: CPython keeps small ints unique)
 
 // The whole plain-eager call in C, for simple ops (see callpath/source.py, c_entry): fast is
-// (spec, single, kernel_cpu, kernel_cuda, apply_cpu, apply_cuda, finish, gate). Returns
-// NotImplemented (a new reference) when the generated call function must decide instead.
-PyObject* fast_call(PyObject* fast, const char* spec, PyObject* const* args, Py_ssize_t nargs) {
+// (spec, single, kernel_cpu, kernel_cuda, apply_cpu, apply_cuda, finish, blocks, key);
+// `block`: an open use_providers block's kernels for the op, (kernel_cpu, kernel_cuda, ...), or
+// nullptr. Returns NotImplemented (a new reference) when the generated call function must decide.
+PyObject* fast_call(PyObject* fast, const char* spec, PyObject* const* args, Py_ssize_t nargs, PyObject* block) {
   int code = classify_call(spec, args, nargs);
-  PyObject* target = code == kCodeCpu || code == kCodeCuda                          ? PyTuple_GET_ITEM(fast, code + 1)
-      : code == (kCodeCpu | kCodeGrad) || code == (kCodeCuda | kCodeGrad) ? PyTuple_GET_ITEM(fast, code - 1)
-                                                                          : Py_None;
-  // Inline choices (providers): (predicate, kernel, ..., last): the first kernel whose predicate
-  // accepts the arguments, else last (None: the generated call function decides).
-  Py_ssize_t chosen = -1;
+  PyObject* target = Py_None;
+  if (code == kCodeCpu || code == kCodeCuda) {
+    target = block != nullptr ? PyTuple_GET_ITEM(block, code - 1) : PyTuple_GET_ITEM(fast, code + 1);
+  } else if (block == nullptr && (code == (kCodeCpu | kCodeGrad) || code == (kCodeCuda | kCodeGrad))) {
+    target = PyTuple_GET_ITEM(fast, code - 1);
+  }
+  // A choice among providers: (predicate, kernel, ..., last): the first kernel whose predicate
+  // accepts the arguments, else last (the one without a predicate, or the refusal).
   if (PyTuple_CheckExact(target)) {
     Py_ssize_t n = PyTuple_GET_SIZE(target);
     PyObject* picked = PyTuple_GET_ITEM(target, n - 1);
     for (Py_ssize_t i = 0; i + 1 < n; i += 2) {
       PyObject* ok = PyObject_Vectorcall(PyTuple_GET_ITEM(target, i), args, static_cast<size_t>(nargs), nullptr);
-      if (ok == nullptr) {
-        return nullptr;
-      }
-      int truth = PyObject_IsTrue(ok);
-      Py_DECREF(ok);
+      int truth = ok == nullptr ? -1 : PyObject_IsTrue(ok);
+      Py_XDECREF(ok);
       if (truth < 0) {
         return nullptr;
       }
       if (truth) {
         picked = PyTuple_GET_ITEM(target, i + 1);
-        chosen = i / 2;
         break;
       }
-    }
-    if (chosen < 0 && picked != Py_None) {
-      chosen = n / 2;  // last: the choice after every predicate one
     }
     target = picked;
   }
@@ -342,21 +335,40 @@ PyObject* fast_call(PyObject* fast, const char* spec, PyObject* const* args, Py_
   if (out == nullptr || (code & kCodeGrad) || (PyTuple_GET_ITEM(fast, 1) == Py_True && is_fresh(out, 1))) {
     return out;
   }
-  // finish(chosen, out, *args): the full aliasing check and the conversion the dispatcher would do.
-  PyObject* index = chosen < 0 ? Py_NewRef(Py_None) : PyLong_FromSsize_t(chosen);
-  if (index == nullptr) {
-    Py_DECREF(out);
-    return nullptr;
-  }
+  // finish(kernel, out, *args): the full aliasing check and the conversion the dispatcher would do.
   std::vector<PyObject*> full(static_cast<size_t>(nargs) + 2);
-  full[0] = index;
+  full[0] = target;
   full[1] = out;
   for (Py_ssize_t i = 0; i < nargs; ++i) {
     full[static_cast<size_t>(i) + 2] = args[i];
   }
   PyObject* result = PyObject_Vectorcall(PyTuple_GET_ITEM(fast, 6), full.data(), full.size(), nullptr);
-  Py_DECREF(index);
   Py_DECREF(out);
+  return result;
+}
+
+// The C entry's call, or NotImplemented: an open use_providers block (context variable blocks)
+// has the op's kernels cached under key, or the generated function decides (and caches them).
+PyObject* entry_call(PyObject* fast, PyObject* const* args, Py_ssize_t nargs) {
+  PyObject* blocks = PyTuple_GET_ITEM(fast, 7);
+  PyObject* block = nullptr;
+  if (blocks != Py_None && PyContextVar_Get(blocks, nullptr, &block) < 0) {
+    return nullptr;
+  }
+  PyObject* kernels = nullptr;  // borrowed from block, which is held
+  if (block != nullptr && block != Py_None) {
+    kernels = PyDict_GetItemWithError(block, PyTuple_GET_ITEM(fast, 8));
+    if (kernels == nullptr) {
+      Py_DECREF(block);
+      if (PyErr_Occurred()) {
+        return nullptr;
+      }
+      Py_RETURN_NOTIMPLEMENTED;
+    }
+    kernels = kernels == Py_None ? nullptr : kernels;
+  }
+  PyObject* result = fast_call(fast, PyBytes_AS_STRING(PyTuple_GET_ITEM(fast, 0)), args, nargs, kernels);
+  Py_XDECREF(block);
   return result;
 }
 
@@ -366,15 +378,11 @@ PyObject* op_vectorcall(PyObject* cls, PyObject* const* args, size_t nargsf, PyO
   // The C entry first: a class has one only while its generated call function is current.
   Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
   PyObject* fast = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(cls), fast_name);  // borrowed
-  // gate: None, or a list whose first item is 0 while plain calls may skip the dispatcher.
-  PyObject* gate = fast != nullptr && PyTuple_CheckExact(fast) && PyTuple_GET_SIZE(fast) == 8 ? PyTuple_GET_ITEM(fast, 7) : nullptr;
-  if (gate != nullptr && (gate == Py_None || (PyList_CheckExact(gate) && PyList_GET_SIZE(gate) > 0 && PyList_GET_ITEM(gate, 0) == zero)) &&
-      (kwnames == nullptr || PyTuple_GET_SIZE(kwnames) == 0)) {
-    PyObject* spec = PyTuple_GET_ITEM(fast, 0);
-    if (PyBytes_GET_SIZE(spec) == nargs) {
+  if (fast != nullptr && PyTuple_CheckExact(fast) && PyTuple_GET_SIZE(fast) == 9 && (kwnames == nullptr || PyTuple_GET_SIZE(kwnames) == 0)) {
+    if (PyBytes_GET_SIZE(PyTuple_GET_ITEM(fast, 0)) == nargs) {
       // Held: the kernel may run another thread that redefines the op and drops the class's entry.
       Py_INCREF(fast);
-      PyObject* result = fast_call(fast, PyBytes_AS_STRING(spec), args, nargs);
+      PyObject* result = entry_call(fast, args, nargs);
       Py_DECREF(fast);
       if (result != Py_NotImplemented) {
         return result;
@@ -383,42 +391,18 @@ PyObject* op_vectorcall(PyObject* cls, PyObject* const* args, size_t nargsf, PyO
     }
   }
   PyObject* call = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(cls), call_name);  // borrowed
-  if (call == nullptr || call == Py_None || fallback == nullptr || !PyFunction_Check(call)) {
-    // Not an op (yet), or something unusual: the general path.
-    PyObject* tuple = PyTuple_New(PyVectorcall_NARGS(nargsf));
-    if (tuple == nullptr) {
-      return nullptr;
+  if (call != nullptr && call != Py_None && fallback != nullptr) {
+    Py_INCREF(call);  // the class's attribute may be replaced while the call runs
+    PyObject* result = PyObject_Vectorcall(call, args, nargsf, kwnames);
+    Py_DECREF(call);
+    if (result != nullptr || !binding_error()) {
+      return result;
     }
-    for (Py_ssize_t i = 0; i < PyVectorcall_NARGS(nargsf); ++i) {
-      Py_INCREF(args[i]);
-      PyTuple_SET_ITEM(tuple, i, args[i]);
-    }
-    PyObject* kwargs = nullptr;
-    if (kwnames != nullptr && PyTuple_GET_SIZE(kwnames) > 0) {
-      kwargs = PyDict_New();
-      Py_ssize_t n = PyVectorcall_NARGS(nargsf);
-      for (Py_ssize_t i = 0; kwargs != nullptr && i < PyTuple_GET_SIZE(kwnames); ++i) {
-        if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, i), args[n + i]) < 0) {
-          Py_CLEAR(kwargs);
-        }
-      }
-      if (kwargs == nullptr) {
-        Py_DECREF(tuple);
-        return nullptr;
-      }
-    }
-    PyObject* result = meta_call(cls, tuple, kwargs);
-    Py_DECREF(tuple);
-    Py_XDECREF(kwargs);
-    return result;
+  } else if (fallback == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "opclass: no fallback call registered");
+    return nullptr;
   }
-  Py_INCREF(call);  // the class's attribute may be replaced while the call runs
-  PyObject* result = PyObject_Vectorcall(call, args, nargsf, kwnames);
-  Py_DECREF(call);
-  if (result != nullptr || !binding_error()) {
-    return result;
-  }
-  // fallback(cls, *args, **kwargs): the dispatcher's argument parsing and error.
+  // fallback(cls, *args, **kwargs): the dispatcher's argument parsing and error (or "not an op").
   Py_ssize_t n = PyVectorcall_NARGS(nargsf);
   Py_ssize_t total = n + (kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0);
   std::vector<PyObject*> full(static_cast<size_t>(total) + 1);
@@ -495,7 +479,6 @@ PyModuleDef module = {PyModuleDef_HEAD_INIT, "opclass_guard", nullptr, -1, metho
 PyMODINIT_FUNC PyInit_opclass_guard(void) {
   call_name = PyUnicode_InternFromString("_opclass_call");
   fast_name = PyUnicode_InternFromString("_opclass_fast");
-  zero = PyLong_FromLong(0);
   level_name = PyUnicode_InternFromString("_current_level");
   PyObject* m = PyModule_Create(&module);
   if (m == nullptr) {

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import builtins
 import collections.abc
+import contextlib
 import dataclasses
-import inspect
 import sys
 import types
 import typing
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor
@@ -64,7 +64,6 @@ _MARKED: dict[str, Any] = {"int": int, "SymInt": int}
 #:
 #: Example: ``def default(x: Tensor, axis: opclass.Int, sizes: list[opclass.Int]) -> Tensor``
 Int = typing.Annotated[int, SchemaType("int")]
-_SEQUENCE_ORIGINS = (list, collections.abc.Sequence, tuple)
 
 #: The supported-types table shown in the docs: annotation -> schema type.
 SUPPORTED_TYPES: list[tuple[str, str]] = [
@@ -98,9 +97,6 @@ class SchemaProblem(Exception):
         self.fix = fix
 
 
-# --------------------------------------------------------------------------- annotations
-
-
 def resolve_annotations(fn: Any) -> dict[str, Any]:
     """The evaluated annotations of ``fn`` (``from __future__ import annotations`` included).
 
@@ -115,27 +111,20 @@ def _resolve_annotations(fn: Any) -> dict[str, Any]:
     raw = dict(getattr(fn, "__annotations__", {}) or {})
     if not any(_has_string(v) for v in raw.values()):
         return raw
-    namespace: dict[str, Any] = dict(vars(builtins))
-    namespace.update({"Tensor": Tensor, "torch": torch, "typing": typing})
+    namespace: dict[str, Any] = {**vars(builtins), "Tensor": Tensor, "torch": torch, "typing": typing}
     module = sys.modules.get(getattr(fn, "__module__", "") or "")
     namespace.update(getattr(fn, "__globals__", None) or (vars(module) if module else {}))
-    code = getattr(fn, "__code__", None)
-    closure = getattr(fn, "__closure__", None)
-    if code is not None and closure:
-        for name, cell in zip(code.co_freevars, closure):
-            try:
-                namespace[name] = cell.cell_contents
-            except ValueError:
-                pass
+    for name, cell in zip(getattr(getattr(fn, "__code__", None), "co_freevars", ()), getattr(fn, "__closure__", None) or ()):
+        with contextlib.suppress(ValueError):  # a cell not yet assigned
+            namespace[name] = cell.cell_contents
     resolved = {}
     for key, value in raw.items():
         try:
             resolved[key] = _evaluate(value, namespace)
         except Exception as e:
-            who = "return" if key == "return" else key
             raise SchemaProblem(
                 None if key == "return" else key,
-                f"annotation {value!r} of {who!r} cannot be evaluated ({type(e).__name__}: {e})",
+                f"annotation {value!r} of {key!r} cannot be evaluated ({type(e).__name__}: {e})",
                 "import the names it uses at module level",
             ) from None
     return resolved
@@ -151,46 +140,36 @@ def _evaluate(ann: Any, namespace: dict[str, Any]) -> Any:
         return _evaluate(eval(ann, namespace), namespace)  # noqa: S307 - annotations are the user's own code
     if isinstance(ann, typing.ForwardRef):
         return _evaluate(ann.__forward_arg__, namespace)
-    args = typing.get_args(ann)
-    if not any(_has_string(a) for a in args if a is not Ellipsis):
+    if not _has_string(ann):  # no string among its arguments
         return ann
-    new = tuple(a if a is Ellipsis else _evaluate(a, namespace) for a in args)
-    origin = typing.get_origin(ann)
-    if origin is typing.Union or origin is types.UnionType:
+    new = tuple(a if a is Ellipsis else _evaluate(a, namespace) for a in typing.get_args(ann))
+    if _union_members(ann):
         return typing.Union[new]
     if isinstance(ann, types.GenericAlias):
-        return types.GenericAlias(origin, new)
+        return types.GenericAlias(typing.get_origin(ann), new)
     return ann.copy_with(new)
+
+
+def _union_members(ann: Any) -> tuple[Any, ...]:
+    """The members of ``Union[X, Y]`` / ``X | Y``; ``()`` for any other annotation."""
+    origin = typing.get_origin(ann)
+    return typing.get_args(ann) if origin is typing.Union or origin is types.UnionType else ()
 
 
 def _optional_inner(ann: Any) -> Any:
     """``X`` for ``Optional[X]`` / ``X | None``; ``None`` otherwise."""
-    origin = typing.get_origin(ann)
-    if origin is typing.Union or origin is types.UnionType:
-        args = typing.get_args(ann)
-        rest = [a for a in args if a is not type(None)]
-        if len(rest) < len(args):
-            return rest[0] if len(rest) == 1 else typing.Union[tuple(rest)]
-    return None
-
-
-def _is_scalar_union(ann: Any) -> bool:
-    origin = typing.get_origin(ann)
-    if origin is typing.Union or origin is types.UnionType:
-        members = set(typing.get_args(ann))
-        return len(members) >= 2 and members <= {int, float, bool}
-    return False
+    members = _union_members(ann)
+    rest = [a for a in members if a is not type(None)]
+    if len(rest) == len(members):
+        return None
+    return rest[0] if len(rest) == 1 else typing.Union[tuple(rest)]
 
 
 def _element(ann: Any) -> Any:
     """The element type of ``list[X]``, ``Sequence[X]`` or ``tuple[X, ...]``; ``None`` otherwise."""
-    origin = typing.get_origin(ann)
-    args = typing.get_args(ann)
-    if origin in (list, collections.abc.Sequence) and len(args) == 1:
-        return args[0]
-    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-        return args[0]
-    return None
+    origin, args = typing.get_origin(ann), typing.get_args(ann)
+    sequence = origin in (list, collections.abc.Sequence) and len(args) == 1
+    return args[0] if sequence or (origin is tuple and len(args) == 2 and args[1] is Ellipsis) else None
 
 
 def _base(ann: Any) -> str | None:
@@ -202,41 +181,33 @@ def _base(ann: Any) -> str | None:
         if inner is not _MARKED[marked]:
             raise SchemaProblem(None, f"SchemaType({marked!r}) annotates {format_annotation(inner)}, not {_MARKED[marked].__name__}", f"write Annotated[{_MARKED[marked].__name__}, SchemaType({marked!r})]")
         return marked
-    row = BY_ANNOTATION.get(ann)
-    if row is not None:
+    if (row := BY_ANNOTATION.get(ann)) is not None:
         return row.schema
     if getattr(ann, "__supertype__", None) is not None:
         # typing.NewType over a supported type, like torch.distributed's GroupName (a str).
         return _base(ann.__supertype__)
-    if _is_scalar_union(ann):
+    members = set(_union_members(ann))
+    if len(members) >= 2 and members <= {int, float, bool}:  # torch.types.Number and its kin
         return "Scalar"
     return None
 
 
-def _marked_text(text: str) -> str:
-    return "opclass.Int" if text == "int" else f"Annotated[{_MARKED[text].__name__}, opclass.SchemaType({text!r})]"
-
-
 def param_type(ann: Any) -> str:
     """The schema type for a parameter annotation, e.g. ``Optional[list[int]]`` -> ``SymInt[]?``."""
-    base = _base(ann)
-    if base is not None:
+    if (base := _base(ann)) is not None:
         return base
     if isinstance(ann, SchemaType):
-        raise SchemaProblem(None, f"{ann!r} is not an annotation by itself", f"it marks a type inside Annotated: write {_marked_text(ann.text)}")
+        written = "opclass.Int" if ann.text == "int" else f"Annotated[{_MARKED[ann.text].__name__}, opclass.SchemaType({ann.text!r})]"
+        raise SchemaProblem(None, f"{ann!r} is not an annotation by itself", f"it marks a type inside Annotated: write {written}")
     if dataclasses.is_dataclass(ann) and isinstance(ann, type):
         return config_type(ann)
-    inner = _optional_inner(ann)
-    if inner is not None:
+    if (inner := _optional_inner(ann)) is not None:
         t = _list_type(inner) or _base(inner)
         # The dispatcher has no optional Tensor list (``Tensor[]?``) nor optional of an optional.
         if t is None or t.endswith("?") or t == "Tensor[]" or t == "Tensor?[]":
             return _unsupported(ann)
         return t + "?"
-    t = _list_type(ann)
-    if t is not None:
-        return t
-    return _unsupported(ann)
+    return _list_type(ann) or _unsupported(ann)
 
 
 # Field types a config object may hold: constants that compile can guard on and FX can print.
@@ -265,8 +236,7 @@ def config_type(cls: type) -> str:
     hints = typing.get_type_hints(cls)
     for field in dataclasses.fields(cls):
         ann = hints.get(field.name)
-        elem = _element(ann)
-        if not (ann in _CONFIG_FIELDS or _optional_inner(ann) in _CONFIG_FIELDS or elem in _CONFIG_FIELDS):
+        if not (ann in _CONFIG_FIELDS or _optional_inner(ann) in _CONFIG_FIELDS or _element(ann) in _CONFIG_FIELDS):
             raise SchemaProblem(
                 None,
                 f"config class {cls.__qualname__} field {field.name}: {format_annotation(ann)} cannot be part of a constant",
@@ -280,15 +250,26 @@ def config_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def configs_of(kernels: Sequence[Any]) -> dict[str, type]:
+    """Parameter name -> config dataclass, from the first of ``kernels`` whose annotations have any
+    (annotations that do not resolve have none here: schema derivation reports them)."""
+    for fn in kernels:
+        try:
+            found = {n: a for n, a in resolve_annotations(fn).items() if isinstance(a, type) and dataclasses.is_dataclass(a)}
+        except SchemaProblem:
+            continue
+        if found:
+            return found
+    return {}
+
+
 def _list_type(ann: Any) -> str | None:
     elem = _element(ann)
     if elem is None:
         return None
-    base = _base(elem)
-    if base is not None and BY_SCHEMA[base].listable:
+    if (base := _base(elem)) is not None and BY_SCHEMA[base].listable:
         return base + "[]"
-    opt = _optional_inner(elem)
-    if opt is Tensor:
+    if _optional_inner(elem) is Tensor:
         return "Tensor?[]"
     return None
 
@@ -314,20 +295,16 @@ def _unsupported(ann: Any) -> str:
             f"take the value another way (a seed, a list of str...), or write it {refused[0]} in schema= if eager calls are all you need",
         )
     if origin is tuple:
-        elems = [a for a in args if a is not Ellipsis]
-        if len(set(elems)) == 1 and elems:
-            fix = f"write tuple[{format_annotation(elems[0])}, ...] or list[{format_annotation(elems[0])}]"
-        else:
-            fix = "inputs cannot be fixed-length tuples; write list[T] or separate parameters"
-        raise SchemaProblem(None, f"unsupported annotation {text}", fix)
-    if origin in (dict, collections.abc.Mapping) or ann in (dict, typing.Dict):
-        raise SchemaProblem(None, f"unsupported annotation {text}", "pass the values as separate parameters")
-    if ann is typing.Any or ann is object:
-        raise SchemaProblem(None, f"unsupported annotation {text}", "write a concrete schema type such as Tensor or int")
-    if ann in (list, tuple, collections.abc.Sequence) or (origin in _SEQUENCE_ORIGINS and not args):
-        raise SchemaProblem(None, f"unsupported annotation {text}", "give the element type, e.g. list[Tensor] or list[int]")
-    module = getattr(ann, "__module__", "") or ""
-    if module.startswith("numpy"):
+        elems = {a for a in args if a is not Ellipsis}
+        one = format_annotation(next(iter(elems))) if len(elems) == 1 else None
+        fix = f"write tuple[{one}, ...] or list[{one}]" if one is not None else "inputs cannot be fixed-length tuples; write list[T] or separate parameters"
+    elif origin in (dict, collections.abc.Mapping) or ann in (dict, typing.Dict):
+        fix = "pass the values as separate parameters"
+    elif ann is typing.Any or ann is object:
+        fix = "write a concrete schema type such as Tensor or int"
+    elif (origin or ann) in (list, tuple, collections.abc.Sequence) and not args:
+        fix = "give the element type, e.g. list[Tensor] or list[int]"
+    elif (getattr(ann, "__module__", "") or "").startswith("numpy"):
         fix = "take a Tensor and convert with .numpy() inside the kernel"
     elif _element(ann) is not None or origin is not None:
         fix = "supported are list[T] / tuple[T, ...] of Tensor, int, opclass.Int, float, bool, Number, str, torch.device, and list[Optional[Tensor]]"
@@ -355,11 +332,9 @@ def return_type(ann: Any) -> str:
 
 
 def _single_return(ann: Any, whole: Any) -> str:
-    base = _base(ann)
-    if base is not None and BY_SCHEMA[base].returnable:
+    if (base := _base(ann)) is not None and BY_SCHEMA[base].returnable:
         return base
-    elem = _element(ann)
-    if elem is Tensor and typing.get_origin(ann) is list:
+    if _element(ann) is Tensor and typing.get_origin(ann) is list:
         return "Tensor[]"
     if _optional_inner(ann) is Tensor:
         return "Tensor?"
@@ -376,11 +351,10 @@ def check_default(value: Any, schema_type: str) -> None:
     if value is None:
         return
     if base.endswith("[]"):
-        elem = base[:-2]
         if not isinstance(value, (tuple, list)):
             raise SchemaProblem(None, f"default {value!r} has type {type(value).__name__}, not a sequence", "give a tuple default, e.g. (1, 2)")
         for v in value:
-            check_default(v, elem)
+            check_default(v, base[:-2])
         return
     if base.startswith("Tensor"):
         raise SchemaProblem(None, f"default {value!r}: a Tensor parameter can only default to None", "write = None and make the Tensor inside the kernel")
@@ -405,15 +379,13 @@ def default_text(value: Any, schema_type: str) -> str:
             f"default None for non-optional type {schema_type} (torch.ops would refuse None passed for it)",
             "annotate it Optional[...]",
         )
-    if isinstance(value, bool) or isinstance(value, (int, float)):
-        return repr(value) if not isinstance(value, bool) else str(value)
+    if isinstance(value, (int, float)):  # a bool too: repr(True) is True
+        return repr(value)
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(value, torch.device):
         return f'"{value}"'
-    if isinstance(value, torch.dtype):
-        return str(value).removeprefix("torch.")
-    if value is torch.strided or value is torch.contiguous_format:
+    if isinstance(value, torch.dtype) or value is torch.strided or value is torch.contiguous_format:
         return str(value).removeprefix("torch.")
     if isinstance(value, (torch.layout, torch.memory_format)):
         raise SchemaProblem(
@@ -428,28 +400,3 @@ def default_text(value: Any, schema_type: str) -> str:
         f"default {value!r} of type {type(value).__name__} has no schema form",
         "use None, a number, bool, str, torch.dtype, torch.device, torch.layout, torch.memory_format or a tuple of numbers",
     )
-
-
-# --------------------------------------------------------------------------- derivation
-
-
-def suggest_annotation(name: str, default: Any) -> str:
-    """An annotation for an unannotated parameter: from its default's type, else a neutral
-    example naming it (``gain: float = 1.0``; ``x: Tensor or x: float``)."""
-    if default is inspect.Parameter.empty:
-        return f"{name}: Tensor or {name}: float"
-    if default is None:
-        return f"{name}: Optional[Tensor] = None or {name}: Optional[float] = None"
-    kind = type(default)
-    if kind in (bool, int, float, str):
-        return f"{name}: {kind.__name__} = {default!r}"
-    if isinstance(default, (torch.dtype, torch.device)):
-        return f"{name}: torch.{kind.__name__} = {_default_repr(default)}"
-    if isinstance(default, (tuple, list)) and default and all(type(v) is type(default[0]) and type(v) in (bool, int, float) for v in default):
-        return f"{name}: Sequence[{type(default[0]).__name__}] = {default!r}"
-    return f"{name}: <its type> = {default!r}"
-
-
-def _default_repr(value: Any) -> str:
-    """``torch.float32`` / ``torch.device('cpu')``: a default as the user would write it."""
-    return repr(value) if isinstance(value, torch.device) else str(value)

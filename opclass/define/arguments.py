@@ -1,9 +1,6 @@
 """The op's arguments, each once: the table that every emitter, binder, guard, hook check and the
-C entry's spec read (as dataclasses reads its fields once, ``_init_param``). An :class:`Argument`
-holds its index, name, keyword-only flag, JIT type (its row of :mod:`opclass.core.types`),
-Python default, whether the op writes to it and its config class; :class:`Arguments` binds a
-call's values to them (:meth:`~Arguments.values`) and writes them as Python text
-(:meth:`~Arguments.parameters`, :meth:`~Arguments.call`).
+C entry's spec read (as dataclasses reads its fields once, ``_init_param``). :class:`Arguments`
+binds a call's values to its :class:`Argument` s and writes them as Python text.
 
 Example:
     >>> import torch
@@ -17,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import re
@@ -24,7 +22,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
-from opclass.core.types import ArgType, arg_type, holds_tensor, inner, tensors_in
+from opclass.core.types import ArgType, jit_type, tensors_in
 
 __all__ = ["Argument", "Arguments", "EMPTY"]
 
@@ -34,7 +32,7 @@ EMPTY: Any = inspect.Parameter.empty
 
 @dataclasses.dataclass(frozen=True)
 class Argument:
-    """One argument of the op (see the module docstring); the last fields follow from the others."""
+    """One argument of the op; the last fields follow from the others."""
 
     index: int
     name: str
@@ -61,11 +59,17 @@ class Argument:
     is_list: bool = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
+        facts = jit_type(self.jit)
         # ``Tensor x=None`` (torch's form of ``x: Tensor = None``): the call path takes it as optional.
-        maybe_none = self.default is None and not self.jit.startswith("Optional[")
-        jit = f"Optional[{self.jit}]" if maybe_none else self.jit
-        for name, value in (("has_default", self.default is not EMPTY), ("kind", arg_type(jit)), ("holds_tensor", holds_tensor(jit)), ("is_list", inner(jit)[2])):
+        if self.default is None and facts.optional is None:
+            facts = jit_type(f"Optional[{self.jit}]")
+        for name, value in (("has_default", self.default is not EMPTY), ("kind", facts.kind), ("holds_tensor", facts.holds_tensor), ("is_list", facts.is_list)):
             object.__setattr__(self, name, value)
+
+    @property
+    def is_device(self) -> bool:
+        """A ``torch.device`` (JIT type ``Device``), which picks the device kernel of an op with no Tensor inputs."""
+        return self.jit == "Device"
 
 
 class Arguments(tuple):  # type: ignore[type-arg]
@@ -75,6 +79,7 @@ class Arguments(tuple):  # type: ignore[type-arg]
     keyword_only: tuple[Argument, ...]
     written: tuple[Argument, ...]
     names: list[str]
+    underscored: bool
 
     def __new__(cls, arguments: Sequence[Argument]) -> Arguments:
         table = super().__new__(cls, arguments)
@@ -82,6 +87,8 @@ class Arguments(tuple):  # type: ignore[type-arg]
         table.keyword_only = tuple(a for a in table if a.keyword_only)
         table.written = tuple(a for a in table if a.written)
         table.names = [a.name for a in table]
+        # Generated call code names its own values _op, _g...: a parameter could shadow one.
+        table.underscored = any(n.startswith("_") for n in table.names)
         return table
 
     @classmethod
@@ -118,9 +125,8 @@ class Arguments(tuple):  # type: ignore[type-arg]
     def complete(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The call with every argument: the positional ones (a left-out one: its default) and
         the keyword-only ones by name, as the dispatcher drops those equal to their default."""
-        n = len(args)
-        positional = (*args, *(kwargs[a.name] if a.name in kwargs else a.default for a in self.positional[n:]))
-        return positional, {a.name: kwargs[a.name] if a.name in kwargs else a.default for a in self.keyword_only}
+        positional = (*args, *(kwargs.get(a.name, a.default) for a in self.positional[len(args) :]))
+        return positional, {a.name: kwargs.get(a.name, a.default) for a in self.keyword_only}
 
     def tensors(self, args: Sequence[Any], kwargs: Mapping[str, Any], which: Sequence[Argument] | None = None) -> Iterator[torch.Tensor]:
         """Every Tensor the call passes (list elements too), in schema order; ``which``: only those
@@ -128,19 +134,23 @@ class Arguments(tuple):  # type: ignore[type-arg]
         values = self.values(args, kwargs)
         return tensors_in(values[a.index] for a in (self if which is None else which))
 
+    def device_of(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+        """The device type a call runs on (``None``: it does not say): its first Tensor's, else its
+        ``torch.device`` argument's, as the dispatcher picks the kernel."""
+        values = self.values(args, kwargs)
+        if (first := next(tensors_in(values), None)) is not None:
+            return first.device.type
+        return next((torch.device(v).type for a, v in zip(self, values) if a.is_device and v is not None), None)
+
     # ------------------------------------------------------------------ Python text
 
     def parameters(self, leading: Sequence[str] = (), default: Callable[[Argument], str] | None = None, defaults: bool = True) -> str:
         """``(x, k=2.0, *, out)``: a parameter list taking the op's arguments after ``leading``;
         ``default(a)`` writes a default (the schema's value unless given; none if not ``defaults``)."""
-        parts, star = list(leading), False
-        for a in self:
-            if a.keyword_only and not star:
-                parts.append("*")
-                star = True
-            given = defaults and a.has_default
-            parts.append(a.name + (f"={default(a) if default is not None else repr(a.schema_default)}" if given else ""))
-        return "(" + ", ".join(parts) + ")"
+        parts = [a.name + (f"={default(a) if default is not None else repr(a.schema_default)}" if defaults and a.has_default else "") for a in self]
+        if self.keyword_only:
+            parts.insert(len(self.positional), "*")
+        return "(" + ", ".join([*leading, *parts]) + ")"
 
     def call(self) -> str:
         """``x, k, out=out``: the arguments passed on, positional ones by position."""
@@ -161,14 +171,11 @@ class Arguments(tuple):  # type: ignore[type-arg]
 def _python_default(arg: torch._C.Argument) -> Any:
     """The default the kernels get: the parser keeps ScalarType, Layout and MemoryFormat as codes."""
     value = arg.default_value
-    base = inner(str(arg.real_type))[0]
     if isinstance(value, int) and not isinstance(value, bool):
+        base = jit_type(str(arg.real_type)).base
         if base == "ScalarType":
             return _dtype_from_code(value)
-        if base == "Layout":
-            return torch.strided
-        if base == "MemoryFormat":
-            return torch.contiguous_format
+        return {"Layout": torch.strided, "MemoryFormat": torch.contiguous_format}.get(base, value)
     return tuple(value) if isinstance(value, list) else value
 
 
@@ -178,12 +185,9 @@ _DTYPE_CODES: dict[int, torch.dtype] = {}
 def _dtype_from_code(code: int) -> Any:
     """The dtype the schema parser stores as ``code``."""
     if not _DTYPE_CODES:
-        for d in vars(torch).values():
-            if isinstance(d, torch.dtype) and d not in _DTYPE_CODES.values():
-                try:
-                    arg = torch._C.parse_schema(f"x::f(ScalarType d={str(d).removeprefix('torch.')}) -> ()").arguments[0]
-                except RuntimeError:
-                    continue
+        for d in {d for d in vars(torch).values() if isinstance(d, torch.dtype)}:
+            with contextlib.suppress(RuntimeError):  # a dtype the schema language does not spell
+                arg = torch._C.parse_schema(f"x::f(ScalarType d={str(d).removeprefix('torch.')}) -> ()").arguments[0]
                 if isinstance(arg.default_value, int):
                     _DTYPE_CODES[arg.default_value] = d
     return _DTYPE_CODES.get(code, code)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, NoReturn, Sequence
 
 import torch
 
@@ -29,9 +29,9 @@ from opclass.core.compat import config_stand_in, tagged_inplace, tagged_out
 from opclass.core.names import CLASS_KEYWORDS
 from opclass.core.types import DEVICE_TYPES, MISTAKEN_DEVICES
 from opclass.define import schema as schemas
-from opclass.define.annotations import SchemaProblem, config_name, resolve_annotations
+from opclass.define.annotations import SchemaProblem, config_name, configs_of
 from opclass.define.arguments import Arguments
-from opclass.define.hookspec import MEMBER_OF, Hook, HookContext, hooks, kernels_of, member_hook
+from opclass.define.hookspec import MEMBER_OF, Hook, HookContext, hooks, kernels_of, member_hook, parameters_of
 from opclass.define.spec import Keywords, OpSpec
 from opclass.errors import definition_error, did_you_mean, formatdef
 
@@ -54,7 +54,7 @@ class OpBuilder:
     """Turns one class statement into an :class:`OpSpec`: :meth:`collect`, then :meth:`validate`.
     One small method per check; the state they share is declared here."""
 
-    __slots__ = ("cls", "outside", "cls_name", "given", "unknown", "hooks", "defined", "inherited_schema", "keywords", "schema_text", "schema", "partial", "_configs")
+    __slots__ = ("cls", "outside", "cls_name", "given", "unknown", "hooks", "defined", "inherited_schema", "keywords", "schema_text", "schema", "partial", "configs", "kernels")
 
     def __init__(self, cls: type, keywords: Mapping[str, Any], unknown: Mapping[str, Any] = {}, outside: Callable[[str], bool] = lambda qualname: False) -> None:
         self.cls = cls
@@ -77,11 +77,12 @@ class OpBuilder:
         self.schema: Any = None
         #: Kernel hooks annotated only in part (checked against the schema, not derived from).
         self.partial: list[str] = []
-        self._configs: dict[str, type] | None = None
+        #: Every kernel the class defines, and parameter name -> config dataclass from the annotated
+        #: kernels (none under schema= alone); both set when ``defined`` is settled (:meth:`gather_members`).
+        self.kernels: dict[str, Any] = {}
+        self.configs: dict[str, type] = {}
 
-    # ------------------------------------------------------------------ helpers
-
-    def fail(self, hook: str | None, problem: str, fix: str = "", fn: Any = None) -> None:
+    def fail(self, hook: str | None, problem: str, fix: str = "", fn: Any = None) -> NoReturn:
         raise definition_error(self.cls_name, hook, fn, problem, fix)
 
     # ------------------------------------------------------------------ 1. collect
@@ -102,25 +103,24 @@ class OpBuilder:
         inherited: dict[str, Any] = getattr(self.cls, "_opclass_keywords", {})
         # Any iterable is taken once (a generator would be empty for the next reader and for subclasses).
         given = {k: tuple(v) if k in ("mutates_args", "tags") and isinstance(v, Iterable) and not isinstance(v, str) else v for k, v in self.given.items()}
-        merged = {**{k: v for k, v in inherited.items() if k not in ("name", "existing")}, **{k: v for k, v in given.items() if v is not None}}
+        self.keywords = {**{k: v for k, v in inherited.items() if k not in ("name", "existing")}, **{k: v for k, v in given.items() if v is not None}}
         if base is not None:
-            merged.setdefault("namespace", base.namespace)
-        self.keywords = merged
-        return merged
+            self.keywords.setdefault("namespace", base.namespace)
+        return self.keywords
 
     # ------------------------------------------------------------------ 2. validate
 
     def validate_attributes(self) -> None:
         """Hooks written as static methods; no near-miss hook names among the helpers."""
         for attr, raw in vars(self.cls).items():
-            if attr.startswith("__") or attr.startswith("_opclass") or getattr(_unwrap(raw), MEMBER_OF, None) is not None:
-                continue
-            hook = self.hooks.get(attr)
             fn = _unwrap(raw)
-            if hook is not None:
+            if attr.startswith("__") or attr.startswith("_opclass") or getattr(fn, MEMBER_OF, None) is not None:
+                continue
+            if (hook := self.hooks.get(attr)) is not None:
                 if hook.staticmethod and not isinstance(raw, staticmethod):
                     kind = "a classmethod" if isinstance(raw, classmethod) else "a plain function" if inspect.isfunction(raw) else type(raw).__name__
-                    receiver = _first_parameter(fn) if hook.kernel else None
+                    params = parameters_of(fn) if hook.kernel else None
+                    receiver = params[0].name if params else None
                     fix = f"add @staticmethod above the def and drop {receiver!r} (the op's arguments only)" if receiver in ("self", "cls", "ctx") else "add @staticmethod above the def"
                     self.fail(attr, f"hooks are static methods, but this is {kind}", fix, fn)
                 if hook.staticmethod and not callable(fn):
@@ -128,8 +128,7 @@ class OpBuilder:
                 continue
             if attr.startswith("_") or not (inspect.isfunction(fn) or isinstance(raw, (staticmethod, classmethod))):
                 continue
-            device = MISTAKEN_DEVICES.get(attr.lower())
-            if device is not None:
+            if (device := MISTAKEN_DEVICES.get(attr.lower())) is not None:
                 self.fail(attr, f"unknown device type {attr!r}", f"the torch device type is '{device}': rename the method {device}", fn)
             if attr in DEVICE_TYPES:
                 self.fail(
@@ -147,21 +146,17 @@ class OpBuilder:
     def validate_keywords(self) -> Keywords:
         """Name, namespace, mutates_args, schema and tags: types and spelling."""
         kw = self.keywords
-        for key in self.unknown:
+        for key, value in self.unknown.items():
             guess = did_you_mean(key, CLASS_KEYWORDS, _KEYWORD_ALIASES)
-            self.fail(
-                None,
-                f"unknown class keyword {key}={self.unknown[key]!r}",
-                f"did you mean {guess!r}?" if guess else f"the class keywords are {', '.join(CLASS_KEYWORDS)}",
-            )
+            fix = f"did you mean {guess!r}?" if guess else f"the class keywords are {', '.join(CLASS_KEYWORDS)}"
+            self.fail(None, f"unknown class keyword {key}={value!r}", fix)
         namespace = kw.get("namespace")
         if namespace is not None and (not isinstance(namespace, str) or not _IDENT.match(namespace)):
             self.fail(None, f"namespace={namespace!r} is not a valid namespace", "use a Python identifier such as 'mylib'")
         mutates = kw.get("mutates_args", ())
         # torch's spelling for "may write to any Tensor argument"
         unknown = isinstance(mutates, str) and mutates == "unknown"
-        if unknown:
-            mutates = ()
+        mutates = () if unknown else mutates
         if isinstance(mutates, str):
             self.fail(None, f"mutates_args={mutates!r} is a string, not a collection of names", f"write mutates_args=({mutates!r},), or mutates_args='unknown' for every Tensor argument")
         if not isinstance(mutates, Iterable) or not all(isinstance(m, str) for m in mutates):
@@ -177,12 +172,10 @@ class OpBuilder:
             self.fail(None, f"pt2_compliant={pt2_compliant!r} must be True or False", "write pt2_compliant=False for an op tagged exactly as tags= says")
         if not pt2_compliant and torch.Tag.pt2_compliant_tag in tags:
             self.fail(None, "pt2_compliant=False with torch.Tag.pt2_compliant_tag in tags=", "drop one of the two")
-        schema = kw.get("schema")
-        if schema is not None and not isinstance(schema, str):
-            self.fail(None, f"schema={schema!r} must be a string", "write e.g. schema='(Tensor x) -> Tensor'")
-        name = self.given.get("name")
-        if name is not None and not isinstance(name, str):
-            self.fail(None, f"name={name!r} must be a string", "write e.g. name='mylib::my_op'")
+        schema, name = kw.get("schema"), self.given.get("name")
+        for key, value, example in (("schema", schema, "(Tensor x) -> Tensor"), ("name", name, "mylib::my_op")):
+            if value is not None and not isinstance(value, str):
+                self.fail(None, f"{key}={value!r} must be a string", f"write e.g. {key}='{example}'")
         existing = self.given.get("existing")
         if existing is not None and type(existing) is not bool:
             self.fail(None, f"existing={existing!r} must be True or False", "write existing=True to extend an op defined elsewhere")
@@ -203,42 +196,31 @@ class OpBuilder:
                 if needed not in self.defined:
                     self.fail(attr, f"is defined without {needed!r}", f"define both {attr} and {needed}, or neither", self.defined[attr])
 
-    def is_concrete(self) -> bool:
-        return any(self.hooks[h].backend for h in self.defined)
-
-    def kernels(self) -> dict[str, Any]:
-        return kernels_of(self.hooks, self.defined)
-
     def gather_members(self, qualname: str) -> None:
-        """Members given from outside the class (``Hook.extra``), now that the op's name is known."""
+        """Members given from outside the class (``Hook.extra``), now that the op's name is known;
+        then ``kernels`` and ``configs``."""
         for hook in self.hooks.values():
-            extra = hook.extra(qualname) if hook.members and hook.extra is not None else {}
-            for name, fn in extra.items():
+            for name, fn in (hook.extra(qualname) if hook.members and hook.extra is not None else {}).items():
                 members = self.defined.setdefault(hook.name, {})
                 if name in members or name in self.hooks:
                     self.fail(name, f"{qualname} already has a {hook.name} member or hook named {name!r}", f"give the one added from outside another name", fn)
                 members[name] = fn
+        self.kernels = kernels_of(self.hooks, self.defined)
+        self.configs = configs_of([fn for hook, fn in self.defined.items() if self.hooks[hook].kernel])
 
     def resolve_name(self, kw: Keywords) -> tuple[str, str, str]:
         """``(namespace, name, overload)`` from ``name=``/``namespace=``/the class name."""
-        raw = kw.name
-        if raw is None:
-            raw = _snake_case(self.cls.__name__)
-        if "::" in raw:
-            namespace, _, rest = raw.partition("::")
-        else:
-            namespace, rest = kw.namespace or "", raw
-            if not namespace:
-                self.fail(None, f"op name {raw!r} has no namespace", f"write name='mylib::{raw}' or subclass a base with namespace='mylib'")
+        raw = kw.name if kw.name is not None else _snake_case(self.cls.__name__)
+        namespace, _, rest = raw.partition("::") if "::" in raw else (kw.namespace or "", "", raw)
+        if not namespace and "::" not in raw:
+            self.fail(None, f"op name {raw!r} has no namespace", f"write name='mylib::{raw}' or subclass a base with namespace='mylib'")
         opname, _, overload = rest.partition(".")
         for part, what in ((namespace, "namespace"), (opname, "op name"), (overload or "default", "overload name")):
             if not _IDENT.match(part):
                 self.fail(None, f"{what} {part!r} in {raw!r} is not a valid identifier", "use letters, digits and underscores, e.g. 'mylib::my_op'")
         if namespace in _RESERVED_NAMESPACES:
             self.fail(None, f"namespace {namespace!r} belongs to PyTorch", "use your project's name as the namespace")
-        if overload == "default":
-            overload = ""
-        return namespace, opname, overload
+        return namespace, opname, "" if overload == "default" else overload
 
     def existing_schema(self, kw: Keywords, qualname: str) -> tuple[torch._C.FunctionSchema, Keywords]:
         """``existing=True``: the dispatcher's schema (the annotated hooks must agree with it), and
@@ -246,30 +228,25 @@ class OpBuilder:
         schema = schemas.find_schema(qualname)
         if schema is None:
             self.fail(None, f"existing=True, but {qualname} is not defined", "define the op first (TORCH_LIBRARY, Library.define, or load its library), or drop existing=True")
-        assert schema is not None
         self.schema_text = schemas.schema_text(schema)
         op_tags, mutated = schemas.op_tags(qualname), tuple(a.name for a in Arguments.of(schema).written)
-        for hook, _, parsed in self.derived(qualname, lambda fn: mutated, op_tags, True):
-            diff = schemas.describe_difference(schema, parsed)
-            if diff is not None:
-                self.fail(hook, f"disagrees with the existing op {qualname}{self.schema_text} ({diff})", "annotate it as the op's schema says, or not at all", self.kernels()[hook])
+        derived = self.derived(qualname, mutated, op_tags, True)
+        self.agree(schema, derived, f"the existing op {qualname}{self.schema_text}", "annotate it as the op's schema says, or not at all")
         return schema, dataclasses.replace(kw, tags=op_tags)
 
-    def derived(self, qualname: str, mutates: Callable[[Any], Sequence[str]], tags: tuple[torch.Tag, ...], elsewhere: bool) -> list[tuple[str, str, torch._C.FunctionSchema]]:
-        """``(hook, schema text, parsed)`` for each kernel hook whose annotations give a schema.
+    def derived(self, qualname: str, mutates: Sequence[str] | None, tags: tuple[torch.Tag, ...], elsewhere: bool) -> list[tuple[str, str, torch._C.FunctionSchema]]:
+        """``(hook, schema text, parsed)`` for each kernel hook whose annotations give a schema
+        (``mutates``: the mutated parameters; ``None``: every Tensor one, ``mutates_args="unknown"``).
 
         A hook annotated in part (``def abstract(x, shape) -> Tensor``) needs the schema from
         elsewhere (another kernel, ``schema=``, the base class: ``elsewhere``, or the existing op);
         it goes to ``partial``, whose annotations :meth:`validate_kernels` checks."""
-        kernels = self.kernels()
-        annotated = [h for h, fn in kernels.items() if _annotations(fn)]
-        complete = [h for h in annotated if schemas.fully_annotated(kernels[h])]
+        annotated, complete = schemas.annotated_kernels(self.kernels)
         self.partial = [h for h in annotated if h not in complete] if complete or elsewhere else []
         found: list[tuple[str, str, torch._C.FunctionSchema]] = []
-        for hook in (h for h in annotated if h not in self.partial):
-            fn = kernels[hook]
+        for hook, fn in [(h, self.kernels[h]) for h in annotated if h not in self.partial]:
             try:
-                text = schemas.derive(fn, mutates(fn), tags)
+                text = schemas.derive(fn, schemas.tensor_parameters(fn) if mutates is None else mutates, tags)
             except SchemaProblem as e:
                 self.fail(hook, e.problem, e.fix, fn)
             # Kernels annotated alike (cpu and abstract, typically) give the same text: parsed once.
@@ -279,36 +256,23 @@ class OpBuilder:
 
     def derive_schema(self, kw: Keywords, qualname: str) -> torch._C.FunctionSchema:
         """The op schema from ``schema=`` and/or the annotated kernels, which must all agree."""
-        mutates = schemas.tensor_parameters if kw.mutates_unknown else lambda fn: kw.mutates_args
-        derived = self.derived(qualname, mutates, kw.tags, bool(kw.schema or self.inherited_schema))
-        for hook, text, parsed in derived[1:]:
-            first_hook, first_text, first = derived[0]
-            if text == first_text:
-                continue
-            diff = schemas.describe_difference(first, parsed)
-            if diff is not None:
-                self.fail(
-                    hook,
-                    f"disagrees with {formatdef(self.cls_name, first_hook, self.kernels()[first_hook])} ({diff})",
-                    "give every annotated kernel the same signature, or annotate only one",
-                    self.kernels()[hook],
-                )
+        derived = self.derived(qualname, None if kw.mutates_unknown else kw.mutates_args, kw.tags, bool(kw.schema or self.inherited_schema))
+        others = [d for d in derived[1:] if d[2] is not derived[0][2]]  # kernels annotated alike share one parse
+        if others:
+            first_hook, _, first = derived[0]
+            against = formatdef(self.cls_name, first_hook, self.kernels[first_hook])
+            self.agree(first, others, against, "give every annotated kernel the same signature, or annotate only one")
         if kw.schema is not None:
             explicit = self._parse(qualname, kw.schema, None)
-            tag_problem = schemas.tag_problem(explicit, kw.tags)
-            if tag_problem is not None:
+            if (tag_problem := schemas.tag_problem(explicit, kw.tags)) is not None:
                 self.fail(None, f"schema={kw.schema!r}: {tag_problem[0]}", tag_problem[1])
-            if derived:
-                diff = schemas.describe_difference(explicit, derived[0][2])
-                if diff is not None:
-                    hook = derived[0][0]
-                    self.fail(hook, f"disagrees with schema={kw.schema!r} ({diff})", "make the annotations match the schema, or drop them", self.kernels()[hook])
-            given = set(kw.mutates_args) if kw.mutates_given and not kw.mutates_unknown else None
+            # The derived schemas agree with each other: the first stands for them all.
+            self.agree(explicit, derived[:1], f"schema={kw.schema!r}", "make the annotations match the schema, or drop them")
             in_schema = {a.name for a in Arguments.of(explicit).written}
-            if given is not None and given != in_schema:
+            if kw.mutates_given and not kw.mutates_unknown and set(kw.mutates_args) != in_schema:
                 self.fail(
                     None,
-                    f"schema={kw.schema!r} mutates {sorted(in_schema)} but mutates_args={tuple(sorted(given))}",
+                    f"schema={kw.schema!r} mutates {sorted(in_schema)} but mutates_args={tuple(sorted(set(kw.mutates_args)))}",
                     "mark exactly the mutated arguments with (a!) in the schema and list them in mutates_args",
                 )
             self.schema_text = kw.schema.strip()
@@ -317,21 +281,26 @@ class OpBuilder:
             self.schema_text = self.inherited_schema
             return self._parse(qualname, self.inherited_schema, None)
         if not derived:
-            hook, fn = next((h, fn) for h, fn in self.kernels().items() if h not in self.hooks or self.hooks[h].backend)
+            hook, fn = next((h, fn) for h, fn in self.kernels.items() if h not in self.hooks or self.hooks[h].backend)
             self.fail(hook, "has no type annotations and the class gives no schema=", "annotate the kernel (x: Tensor) -> Tensor, or pass schema='(Tensor x) -> Tensor'", fn)
         self.schema_text = derived[0][1]
         return derived[0][2]
 
+    def agree(self, reference: torch._C.FunctionSchema, derived: Sequence[tuple[str, str, torch._C.FunctionSchema]], against: str, fix: str) -> None:
+        """Each derived schema must be ``reference``, which ``against`` names; the first that is not fails."""
+        for hook, _, parsed in derived:
+            if (diff := schemas.describe_difference(reference, parsed)) is not None:
+                self.fail(hook, f"disagrees with {against} ({diff})", fix, self.kernels[hook])
+
     def _parse(self, qualname: str, text: str, hook: str | None) -> torch._C.FunctionSchema:
         # Config classes are registered with torch at install: parsed here as a registered stand-in.
-        for cls in self.configs().values():
+        for cls in self.configs.values():
             text = re.sub(rf"(?<![\w.]){re.escape(config_name(cls))}(?![\w.])", config_stand_in(), text)
         try:
             return schemas.parse(qualname, text)
         except RuntimeError as e:
             detail = str(e).strip().splitlines()[0]
-            self.fail(hook, f"schema {text!r} does not parse ({detail})", "see the schema table in the docs", self.kernels().get(hook or ""))
-        raise AssertionError  # unreachable: fail() raises
+            self.fail(hook, f"schema {text!r} does not parse ({detail})", "see the schema table in the docs", self.kernels.get(hook or ""))
 
     def validate_kernels(self, table: Arguments, kw: Keywords) -> None:
         """Unannotated kernels must accept the op's arguments; mutates_args must name parameters."""
@@ -342,53 +311,31 @@ class OpBuilder:
                 self.fail(None, f"mutates_args names {m!r}, which is not a parameter ({', '.join(names)})", f"did you mean {guess!r}?" if guess else "list parameter names only")
         for hook, fn in self.defined.items():
             leading = self.hooks[hook].arguments_from
-            if leading is not None:
-                problem = schemas.missing_default(fn, table, leading)
-                if problem is not None:
-                    self.fail(hook, problem, f"write {hook}{table.parameters(list(memo.signature(fn).parameters)[:leading])}", fn)
-        for hook, fn in self.kernels().items():
-            if not _annotations(fn) or hook in self.partial:
-                problem = schemas.kernel_signature_problem(fn, table)
-                if problem is not None:
-                    self.fail(hook, problem, f"write {hook}{table.parameters()}{_positional_only(fn, table)}", fn)
-            if hook in self.partial:
-                problem = schemas.annotation_problem(fn, self.schema)
-                if problem is not None:
-                    self.fail(hook, problem, "annotate it as the op's schema says, or not at all", fn)
+            if leading is not None and (problem := schemas.missing_default(fn, table, leading)) is not None:
+                self.fail(hook, problem, f"write {hook}{table.parameters(list(memo.signature(fn).parameters)[:leading])}", fn)
+        for hook, fn in self.kernels.items():
+            if (not schemas.annotated(fn) or hook in self.partial) and (problem := schemas.kernel_signature_problem(fn, table)) is not None:
+                self.fail(hook, problem, f"write {hook}{table.parameters()}{schemas.positional_only_fix(fn, table)}", fn)
+            if hook in self.partial and (problem := schemas.annotation_problem(fn, self.schema)) is not None:
+                self.fail(hook, problem, "annotate it as the op's schema says, or not at all", fn)
         if self.schema._is_view_op():
             self.fail(None, f"schema {str(self.schema)!r} declares a view (an alias annotation without '!')", "return fresh Tensors (e.g. x.clone()) with a plain schema")
         if not any(a.holds_tensor for a in table):
             device_kernels = [h for h in self.defined if self.hooks[h].backend and self.hooks[h].device_type]
-            if device_kernels and not any(a.jit == "Device" for a in table):
+            if device_kernels and not any(a.is_device for a in table):
                 self.fail(device_kernels[0], "an op with no Tensor inputs cannot pick a device kernel", "add a device: torch.device parameter, or define default", self.defined[device_kernels[0]])
 
     def validate_hooks(self, qualname: str, table: Arguments, signature: inspect.Signature, kw: Keywords) -> None:
         """Each hook's own check (built-in or third-party), with the schema known."""
         for hook, value in self.defined.items():
-            check = self.hooks[hook].check
-            if check is not None:
+            if (check := self.hooks[hook].check) is not None:
                 check(value, HookContext(self.cls_name, hook, value, qualname, self.schema, signature, dict(self.defined), kw.tags, table, self.hooks, kw.existing))
-
-    def configs(self) -> dict[str, type]:
-        """Parameter name -> config dataclass, from the annotated kernels (none under schema= alone)."""
-        if self._configs is None:
-            self._configs = {}
-            for hook, fn in self.defined.items():
-                if self.hooks[hook].kernel and _annotations(fn):
-                    try:
-                        found = {n: a for n, a in resolve_annotations(fn).items() if isinstance(a, type) and dataclasses.is_dataclass(a)}
-                    except SchemaProblem:
-                        continue
-                    if found:
-                        self._configs = found
-                        break
-        return self._configs
 
     # ------------------------------------------------------------------ 3. build
 
-    def build(self, kw: Keywords, ns: str, name: str, overload: str, table: Arguments) -> OpSpec:
+    def build(self, kw: Keywords, qualname: str, ns: str, name: str, overload: str, table: Arguments) -> OpSpec:
         return OpSpec(
-            qualname=f"{ns}::{name}" + (f".{overload}" if overload else ""),
+            qualname=qualname,
             namespace=ns,
             name=name,
             overload=overload,
@@ -407,15 +354,13 @@ class OpBuilder:
             is_out=tagged_out(kw.tags),
         )
 
-    # ------------------------------------------------------------------ the steps, in order
-
     def validate(self) -> OpSpec | None:
         """Every check, in order; the spec, or ``None`` for an abstract base (no kernel, no
         ``existing=True``), which defines no op. Raises :class:`OpDefinitionError` on the first problem."""
         self.validate_attributes()
         kw = self.validate_keywords()
         self.validate_pairs()
-        if not self.is_concrete() and not kw.existing:
+        if not kw.existing and not any(self.hooks[h].backend for h in self.defined):  # an abstract base
             named = self.given.get("name")
             if isinstance(named, str) and "::" in named and self.defined and self.outside(named):
                 hooks = ", ".join(f"{self.cls_name}.{h}" for h in self.defined)
@@ -430,35 +375,12 @@ class OpBuilder:
             self.schema, kw = self.existing_schema(kw, qualname)
         else:
             self.schema = self.derive_schema(kw, qualname)
-        table = Arguments.of(self.schema, self.configs())
+        table = Arguments.of(self.schema, self.configs)
         self.validate_kernels(table, kw)
-        spec = self.build(kw, ns, name, overload, table)
+        spec = self.build(kw, qualname, ns, name, overload, table)
         self.validate_hooks(qualname, table, spec.signature, kw)
         return spec
 
 
 def _unwrap(raw: Any) -> Any:
     return raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
-
-
-def _positional_only(fn: Any, table: Arguments) -> str:
-    """The other fix for a kernel whose positional parameters have names of its own: make them
-    positional-only (callers never pass them by name)."""
-    try:
-        params = [p for p in memo.signature(fn).parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    except (TypeError, ValueError):
-        return ""
-    if len(params) != len(table.positional) or [p.name for p in params] == [a.name for a in table.positional] or any(p.kind is p.POSITIONAL_ONLY for p in params):
-        return ""
-    return f", or keep its names and make them positional-only: ({', '.join(str(p) for p in params)}, /)"
-
-
-def _first_parameter(fn: Any) -> str | None:
-    try:
-        return next(iter(memo.signature(fn).parameters), None)
-    except (TypeError, ValueError):
-        return None
-
-
-def _annotations(fn: Any) -> bool:
-    return bool(getattr(fn, "__annotations__", None))

@@ -14,8 +14,9 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn, Sequence
 
 import torch
 
@@ -58,7 +59,7 @@ class HookContext:
     hooks: Mapping[str, Hook]
     existing: bool = False
 
-    def fail(self, problem: str, fix: str = "") -> None:
+    def fail(self, problem: str, fix: str = "") -> NoReturn:
         """Raise :class:`OpDefinitionError` for this hook, quoting the user's definition."""
         raise definition_error(self.cls_name, self.hook, self.value, problem, fix)
 
@@ -196,12 +197,17 @@ def member_hook(registry: Mapping[str, Hook], fn: Any) -> str | None:
     return name if isinstance(name, str) and name in registry and registry[name].members else None
 
 
-def positional_count(fn: Any) -> int | None:
-    """For hook checks: how many positional parameters ``fn`` takes, or ``None`` if it takes ``*args``."""
+def parameters_of(fn: Any) -> list[inspect.Parameter] | None:
+    """For hook checks: ``fn``'s parameters, or ``None`` where it has no signature (some builtins)."""
     try:
-        params = memo.signature(fn).parameters.values()
+        return list(memo.signature(fn).parameters.values())
     except (TypeError, ValueError):
         return None
-    if any(p.kind is p.VAR_POSITIONAL for p in params):
+
+
+def positional_count(fn: Any) -> int | None:
+    """For hook checks: how many positional parameters ``fn`` takes, or ``None`` if it takes ``*args``."""
+    params = parameters_of(fn)
+    if params is None or any(p.kind is p.VAR_POSITIONAL for p in params):
         return None
     return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)

@@ -13,15 +13,15 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import typing
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import _C
 
 from opclass.core import memo
 from opclass.core.compat import tagged_inplace, tagged_out
-from opclass.core.types import BY_JIT, returns_of
-from opclass.define.annotations import SchemaProblem, default_text, param_type, resolve_annotations, return_type, suggest_annotation
+from opclass.core.types import BY_JIT, jit_type, returns_of
+from opclass.define.annotations import SchemaProblem, default_text, param_type, resolve_annotations, return_type
 from opclass.define.arguments import Arguments
 
 
@@ -30,7 +30,6 @@ def derive(fn: Any, mutates_args: Sequence[str], tags: Sequence[torch.Tag]) -> s
     annotations = resolve_annotations(fn)
     sig = memo.signature(fn)
     params = []
-    saw_kw_only = False
     positional: list[tuple[int, str, str]] = []  # (index, name, type) of positional params
     out_names: list[str] = []
     for idx, (name, p) in enumerate(sig.parameters.items()):
@@ -38,17 +37,14 @@ def derive(fn: Any, mutates_args: Sequence[str], tags: Sequence[torch.Tag]) -> s
             kind = {p.VAR_POSITIONAL: "*args", p.VAR_KEYWORD: "**kwargs", p.POSITIONAL_ONLY: "positional-only parameters"}[p.kind]
             raise SchemaProblem(name, f"{kind} have no schema form", "list every parameter by name")
         if name not in annotations:
-            receiver = receiver_problem(sig) if idx == 0 else None
-            if receiver is not None:
-                raise SchemaProblem(name, *receiver)
-            raise SchemaProblem(name, f"parameter {name!r} has no annotation", f"annotate it, e.g. {suggest_annotation(name, p.default)}")
+            receiver = receiver_problem(sig) if idx == 0 else None  # a method's self, cls or ctx
+            raise SchemaProblem(name, *(receiver or (f"parameter {name!r} has no annotation", f"annotate it, e.g. {suggest_annotation(name, p.default)}")))
         try:
             ptype = param_type(annotations[name])
         except SchemaProblem as e:
             raise SchemaProblem(name, f"parameter {name!r}: {e.problem}", e.fix) from None
-        if p.kind is p.KEYWORD_ONLY and not saw_kw_only:
+        if p.kind is p.KEYWORD_ONLY and "*" not in params:
             params.append("*")
-            saw_kw_only = True
         text = ptype
         if name in mutates_args:
             if not ptype.startswith("Tensor"):
@@ -62,13 +58,12 @@ def derive(fn: Any, mutates_args: Sequence[str], tags: Sequence[torch.Tag]) -> s
             positional.append((idx, name, ptype))
         if p.default is not p.empty and dataclasses.is_dataclass(annotations[name]):
             raise SchemaProblem(name, f"config parameter {name!r} has a default, which a schema cannot hold", f"drop the default; callers pass {name} explicitly")
+        text += f" {name}"
         if p.default is not p.empty:
             try:
-                text += f" {name}={default_text(p.default, ptype)}"
+                text += f"={default_text(p.default, ptype)}"
             except SchemaProblem as e:
                 raise SchemaProblem(name, f"parameter {name!r}: {e.problem}", e.fix) from None
-        else:
-            text += f" {name}"
         params.append(text)
     if "return" not in annotations:
         raise SchemaProblem(None, "the return has no annotation", "annotate it, e.g. -> Tensor, or -> None")
@@ -143,40 +138,24 @@ def describe_difference(a: torch._C.FunctionSchema, b: torch._C.FunctionSchema) 
         if x.keyword_only != y.keyword_only:
             return f"parameter {x.name!r} is keyword-only in one only"
         if x.schema_default != y.schema_default:
-            dx = x.schema_default if x.has_default else "no default"
-            dy = y.schema_default if y.has_default else "no default"
+            dx, dy = (v.schema_default if v.has_default else "no default" for v in (x, y))
             return f"parameter {x.name!r} default {dx!r} vs {dy!r}"
     if returns_of(a) != returns_of(b):
         return f"returns ({', '.join(returns_of(a))}) vs ({', '.join(returns_of(b))})"
     return None
 
 
-# --------------------------------------------------------------------------- Python side
-
-
 def _py_type(t: str) -> Any:
     """The annotation for a JIT type string such as ``Optional[List[int]]`` (from ``Argument.real_type``)."""
-    if t.startswith("Optional[") and t.endswith("]"):
-        return typing.Optional[_py_type(t[len("Optional["):-1])]
-    if t.startswith("List[") and t.endswith("]"):
-        return list[_py_type(t[len("List["):-1])]  # type: ignore[misc]
-    if t.startswith("Tuple[") and t.endswith("]"):
-        return tuple[tuple(_py_type(e) for e in _split_types(t[len("Tuple["):-1]))]  # type: ignore[misc]
+    optional, element, items = jit_type(t)[:3]
+    if optional is not None:
+        return typing.Optional[_py_type(optional)]
+    if element is not None:
+        return list[_py_type(element)]  # type: ignore[misc]
+    if items is not None:
+        return tuple[tuple(_py_type(e) for e in items)]  # type: ignore[misc]
     row = BY_JIT.get(t)
     return row.annotation if row is not None else typing.Any
-
-
-def _split_types(text: str) -> list[str]:
-    """``"Tensor, List[int]"`` -> ``["Tensor", "List[int]"]`` (commas inside brackets kept)."""
-    parts, depth, start = [], 0, 0
-    for i, c in enumerate(text):
-        depth += c == "["
-        depth -= c == "]"
-        if c == "," and depth == 0:
-            parts.append(text[start:i].strip())
-            start = i + 1
-    parts.append(text[start:].strip())
-    return parts
 
 
 def python_signature(arguments: Arguments, schema: torch._C.FunctionSchema) -> inspect.Signature:
@@ -210,10 +189,16 @@ def annotation_problem(fn: Any, schema: torch._C.FunctionSchema) -> str | None:
     return None
 
 
-def fully_annotated(fn: Any) -> bool:
-    """Every parameter and the return annotated: the hook's annotations alone give a schema."""
-    annotations = getattr(fn, "__annotations__", None) or {}
-    return "return" in annotations and all(name in annotations for name in memo.signature(fn).parameters)
+def annotated(fn: Any) -> bool:
+    """Some parameter of ``fn``, or its return, is annotated."""
+    return bool(getattr(fn, "__annotations__", None))
+
+
+def annotated_kernels(kernels: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """The names of the kernels that are :func:`annotated`, and of those fully annotated (every
+    parameter and the return: the annotations alone give a schema)."""
+    some = {h: fn.__annotations__ for h, fn in kernels.items() if annotated(fn)}
+    return list(some), [h for h, a in some.items() if "return" in a and a.keys() >= memo.signature(kernels[h]).parameters.keys()]
 
 
 def receiver_problem(sig: inspect.Signature) -> tuple[str, str] | None:
@@ -225,6 +210,24 @@ def receiver_problem(sig: inspect.Signature) -> tuple[str, str] | None:
     where = "setup_context and backward take ctx; a kernel takes only the op's arguments" if first == "ctx" else "hooks are static methods of the op's arguments, with no self or cls"
     rest = ", ".join(str(p) for p in list(sig.parameters.values())[1:])
     return f"its first parameter is {first!r}, which is no argument of the op: {where}", f"drop {first!r}, keeping @staticmethod: ({rest})"
+
+
+def suggest_annotation(name: str, default: Any) -> str:
+    """An annotation for an unannotated parameter: from its default's type, else a neutral
+    example naming it (``gain: float = 1.0``; ``x: Tensor or x: float``)."""
+    if default is inspect.Parameter.empty:
+        return f"{name}: Tensor or {name}: float"
+    if default is None:
+        return f"{name}: Optional[Tensor] = None or {name}: Optional[float] = None"
+    kind = type(default)
+    if kind in (bool, int, float, str):
+        return f"{name}: {kind.__name__} = {default!r}"
+    if isinstance(default, (torch.dtype, torch.device)):
+        # As the user would write it: torch.float32, torch.device('cpu').
+        return f"{name}: torch.{kind.__name__} = {repr(default) if isinstance(default, torch.device) else default}"
+    if isinstance(default, (tuple, list)) and default and all(type(v) is type(default[0]) and type(v) in (bool, int, float) for v in default):
+        return f"{name}: Sequence[{type(default[0]).__name__}] = {default!r}"
+    return f"{name}: <its type> = {default!r}"
 
 
 def kernel_signature_problem(fn: Any, table: Arguments) -> str | None:
@@ -250,6 +253,18 @@ def kernel_signature_problem(fn: Any, table: Arguments) -> str | None:
     return missing_default(fn, table)
 
 
+def positional_only_fix(fn: Any, table: Arguments) -> str:
+    """The other fix for a kernel whose positional parameters have names of its own: make them
+    positional-only (callers never pass them by name); ``""`` where that is no fix."""
+    try:
+        params = [p for p in memo.signature(fn).parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return ""
+    if len(params) != len(table.positional) or [p.name for p in params] == [a.name for a in table.positional] or any(p.kind is p.POSITIONAL_ONLY for p in params):
+        return ""
+    return f", or keep its names and make them positional-only: ({', '.join(str(p) for p in params)}, /)"
+
+
 def missing_default(fn: Any, table: Arguments, skip: int = 0) -> str | None:
     """Why ``fn``, which takes the op's arguments after its first ``skip`` parameters, fails when
     a caller leaves out an argument with a default, or ``None``."""
@@ -271,17 +286,26 @@ def missing_default(fn: Any, table: Arguments, skip: int = 0) -> str | None:
 def find_schema(qualname: str) -> torch._C.FunctionSchema | None:
     """The dispatcher's schema of ``ns::name[.overload]``, or ``None`` if no such op is defined."""
     name, _, overload = qualname.partition(".")
-    try:
-        _C._dispatch_find_schema_or_throw(name, overload)
-    except RuntimeError:
+    if not op_exists(name, overload):
         return None
     return next((s for s in _C._jit_get_schemas_for_operator(name) if s.overload_name == overload), None)
 
 
+def op_exists(name: str, overload: str | None = None) -> bool:
+    """The dispatcher has the op ``ns::name`` with ``overload`` (``""``: the default one); with no
+    ``overload``, ``name`` is ``ns::name[.overload]``."""
+    if overload is None:
+        name, _, overload = name.partition(".")
+    try:
+        _C._dispatch_find_schema_or_throw(name, overload)
+    except RuntimeError:
+        return False
+    return True
+
+
 def schema_text(schema: torch._C.FunctionSchema) -> str:
     """``(args) -> returns``: the schema without its name, as ``OpSpec.schema_str`` holds it."""
-    text = str(schema)
-    return text[text.index("(") :]
+    return "(" + str(schema).partition("(")[2]
 
 
 def op_tags(qualname: str) -> tuple[torch.Tag, ...]:

@@ -2,12 +2,10 @@
 ``Library("ns", "DEF")`` op from Python.
 
 The install is a ``Library(ns, "FRAGMENT")`` holding only the class's own registrations, so
-removing the class takes away exactly what it added. As ``torch.library.register_fake`` /
-``register_autograd`` / ``register_kernel`` do, the class may add a kernel only where the op has
-none: each hook says where its kernels go (``Hook.occupies``), and a kernel the op already has
-there is refused at class creation, never replaced. Of opclass's core kernels only the Autograd
-one is added, and only with a formula; a device whose kernel is the op's own is left to the
-dispatcher by the call plan.
+removing the class takes away exactly what it added. As ``torch.library.register_fake`` and
+its kin do, the class adds a kernel only where the op has none (``Hook.occupies`` says where):
+one the op already has is refused at class creation, never replaced. Of opclass's own kernels
+only Autograd is added (with a formula); the op's device kernels are left to the dispatcher.
 
 Example:
     >>> from opclass.install.existing import has_fake
@@ -28,16 +26,15 @@ if TYPE_CHECKING:
 
 __all__ = ["conflicts", "has_fake", "FAKE"]
 
-#: The key name a hook's ``occupies`` gives for "the op's fake kernel" (a registered fake kernel,
-#: or a kernel at a key that serves FakeTensor).
+#: The key a hook's ``occupies`` names for "the op's fake kernel" (a registered one, or a kernel at a key serving FakeTensor).
 FAKE = "Fake"
-_FAKE_KEYS = ("Meta", "CompositeImplicitAutograd", "CompositeExplicitAutograd")
 
 
 def _kernel_at(qualname: str, key: str, own: set[str]) -> str | None:
     """Where the op's kernel at ``key`` was registered (``None``: none, or the class's own)."""
     if key == FAKE:
-        return None if "Meta" in own else _python_fake(qualname)
+        kernel = None if "Meta" in own else torch._library.simple_registry.singleton.find(qualname).fake_impl.kernel
+        return f"a fake kernel registered at {kernel.source}" if kernel is not None else None
     if key in own or not _C._dispatch_has_kernel_for_dispatch_key(qualname, key):
         return None
     for line in _C._dispatch_dump(qualname).splitlines():
@@ -47,22 +44,14 @@ def _kernel_at(qualname: str, key: str, own: set[str]) -> str | None:
     return key
 
 
-def _python_fake(qualname: str) -> str | None:
-    kernel = torch._library.simple_registry.singleton.find(qualname).fake_impl.kernel
-    return f"a fake kernel registered at {kernel.source}" if kernel is not None else None
-
-
 def has_fake(qualname: str) -> bool:
     """The op runs under FakeTensor already (a fake/Meta kernel, or a composite one that serves Meta)."""
-    return any(_kernel_at(qualname, k, set()) for k in (FAKE, *_FAKE_KEYS))
+    return any(_kernel_at(qualname, k, set()) for k in fake_keys())
 
 
 def conflicts(qualname: str, defined: Mapping[str, Any], hooks: Mapping[str, Hook], live: OpRecord | None) -> list[tuple[str, str, str]]:
-    """``(hook, what the op already has, fix)`` for each hook that would replace a kernel of the op.
-
-    The keys the class's earlier install (``live``) registered do not count: a redefinition
-    replaces those, as for any op.
-    """
+    """``(hook, what the op already has, fix)`` for each hook that would replace a kernel of the op;
+    not for the keys the class's earlier install (``live``) registered: a redefinition replaces those."""
     own = {r.key for r in live.lib.registrations} if live is not None and live.existing and live.lib is not None else set()
     found: list[tuple[str, str, str]] = []
     for name, value in defined.items():
@@ -70,7 +59,7 @@ def conflicts(qualname: str, defined: Mapping[str, Any], hooks: Mapping[str, Hoo
         for keys, what, fix in occupies(value) if occupies is not None else ():
             where = next((w for w in (_kernel_at(qualname, k, own) for k in keys) if w), None)
             if where is not None:
-                if qualname in _custom_op_defs() and any(k.startswith("Autograd") for k in keys):
+                if qualname in getattr(torch._library.custom_ops, "OPDEFS", {}) and any(k.startswith("Autograd") for k in keys):
                     # custom_op's Autograd kernel is a stand-in that reads the formula given to
                     # register_autograd: dropping the formula leaves the op without one.
                     fix = (
@@ -82,11 +71,6 @@ def conflicts(qualname: str, defined: Mapping[str, Any], hooks: Mapping[str, Hoo
     return found
 
 
-def _custom_op_defs() -> Mapping[str, Any]:
-    """The ops torch.library.custom_op made, by qualified name."""
-    return getattr(torch._library.custom_ops, "OPDEFS", {})
-
-
 def fake_keys() -> tuple[str, ...]:
     """The keys that mean "the op has a fake kernel", for a fake-kernel hook's ``occupies``."""
-    return (FAKE, *_FAKE_KEYS)
+    return (FAKE, "Meta", "CompositeImplicitAutograd", "CompositeExplicitAutograd")

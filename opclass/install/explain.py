@@ -13,23 +13,19 @@ from typing import Any, Callable
 
 import torch
 
-from opclass.core.types import BY_SCHEMA, returns_of
+from opclass.core.types import BY_SCHEMA, element_of, items_of, optional_of, returns_of
 
 _WANT = {"Tensor": "a Tensor", "float": "a float", "int": "an int", "bool": "a bool", "Number": "a number", "str": "a str"}
 _NUMBERS = (bool, int, float, complex)
 
 
-def return_kinds(schema: torch._C.FunctionSchema) -> list[str]:
-    """The schema text of each return (``Tensor``, ``Tensor?``, ``float[]``), names and aliases dropped."""
-    return [_schema_type(r) for r in returns_of(schema)]
-
-
 def _schema_type(jit: str) -> str:
     """``Optional[List[Tensor]]`` (a JIT type) as schema text (``Tensor[]?``)."""
-    if jit.startswith("Optional[") and jit.endswith("]"):
-        return _schema_type(jit[len("Optional[") : -1]) + "?"
-    if jit.startswith("List[") and jit.endswith("]"):
-        return _schema_type(jit[len("List[") : -1]) + "[]"
+    optional, element = optional_of(jit), element_of(jit)
+    if optional is not None:
+        return _schema_type(optional) + "?"
+    if element is not None:
+        return _schema_type(element) + "[]"
     return "Scalar" if jit == "number" else jit
 
 
@@ -39,9 +35,12 @@ def python_type(kind: str) -> str:
         return f"Optional[{python_type(kind[:-1])}]"
     if kind.endswith("[]"):
         return f"list[{python_type(kind[:-2])}]"
-    # A JIT type with no schema spelling (the 1-tuple of -> tuple[Tensor]) keeps its own.
+    # A JIT type with no schema spelling (the 1-tuple of -> tuple[Tensor]) is spelled item by item.
+    items = items_of(kind)
+    if items is not None:
+        return f"tuple[{', '.join(python_type(_schema_type(i)) for i in items)}]"
     row = BY_SCHEMA.get(kind)
-    return row.shown if row is not None else kind.replace("Tuple[", "tuple[").replace("List[", "list[")
+    return row.shown if row is not None else kind
 
 
 def annotation(kinds: list[str]) -> str:
@@ -67,19 +66,7 @@ def _numpy_kind(value: Any) -> str | None:
     np = sys.modules.get("numpy")
     if np is None:
         return None
-    if isinstance(value, np.ndarray):
-        return "array"
-    if isinstance(value, np.generic):
-        return "scalar"
-    return None
-
-
-def _short(value: Any) -> str:
-    if value is None:
-        return "None"
-    if isinstance(value, torch.Tensor):
-        return "Tensor"
-    return type(value).__name__
+    return "array" if isinstance(value, np.ndarray) else "scalar" if isinstance(value, np.generic) else None
 
 
 def describe_value(value: Any) -> str:
@@ -99,7 +86,8 @@ def describe_value(value: Any) -> str:
     if isinstance(value, (tuple, list)):
         if not value:
             return f"an empty {type(value).__name__}"
-        items = ", ".join(_short(v) for v in value[:6]) + (", ..." if len(value) > 6 else "")
+        shown = ("None" if v is None else "Tensor" if isinstance(v, torch.Tensor) else type(v).__name__ for v in value[:6])
+        items = ", ".join(shown) + (", ..." if len(value) > 6 else "")
         return f"a {type(value).__name__} ({items})"
     kind = type(value)
     return f"a {kind.__qualname__}" if kind.__module__ == "builtins" else f"a {kind.__module__}.{kind.__qualname__}"
@@ -113,10 +101,8 @@ def _fix(kind: str, value: Any, single: bool) -> str:
         forgot = "did the kernel forget to return its result?"
         return forgot + " (If None is meant, annotate Optional[Tensor].)" if base == "Tensor" else forgot
     if base == "Tensor":
-        if np_kind == "array":
-            return "convert it with torch.from_numpy(...)"
-        if np_kind == "scalar":
-            return "convert it with torch.tensor(...)"
+        if np_kind is not None:
+            return f"convert it with {'torch.from_numpy' if np_kind == 'array' else 'torch.tensor'}(...)"
         if isinstance(value, _NUMBERS):
             return f"return a Tensor (torch.tensor({value!r})), or annotate the kernels -> {type(value).__name__} if the op returns a number"
         if isinstance(value, (tuple, list)) and single and all(isinstance(v, torch.Tensor) for v in value):
@@ -152,7 +138,7 @@ def _misfit(kind: str, value: Any, path: str, accepts: Callable[[str, Any], bool
 def explain(where: str, schema: torch._C.FunctionSchema, result: Any, accepts: Callable[[str, Any], bool]) -> str:
     """Why ``result`` cannot be what the op returns, and the fix. ``accepts(kind, value)``:
     whether the dispatcher converts ``value`` to the schema type ``kind``."""
-    kinds = return_kinds(schema)
+    kinds = [_schema_type(r) for r in returns_of(schema)]  # schema text: Tensor, Tensor?, float[]
     promised = annotation(kinds)
     if not kinds:
         return (

@@ -1,7 +1,6 @@
 """The op's fake kernel (FakeTensor, torch.compile, torch.export): a hook's, held to the output
-contract, with a read of values said as the fake kernel's mistake; and what the rest of opclass
-asks about it (does the op run under FakeTensor; is an error the "no fake kernel" one; does a
-kernel need real data).
+contract, a read of values said as its mistake; and what opclass asks about it (does the op run
+under FakeTensor; is an error the "no fake kernel" one; does a kernel need real data).
 
 Example:
     >>> from opclass.install.fake import says_no_fake_kernel, no_fake
@@ -25,13 +24,9 @@ _NO_FAKE = "__opclass_no_fake__"  # marks the fake kernel that only says to defi
 
 
 def register_fake(record: OpRecord, fn: Callable[..., Any], where: str | None = None) -> None:
-    """``fn`` as the op's fake kernel; ``where`` names a hook's (``"ns::op (Cls.hook)"``), ``None``
-    one opclass generates.
-
-    A hook's fake kernel meets the output contract the real kernels meet (the count, no alias of
-    an input, the type, with the errors they raise), and an error from reading data names it."""
-    record.fake = fn
-    record.fake_where = where
+    """``fn`` as the op's fake kernel; ``where`` names a hook's (``"ns::op (Cls.hook)"``), held to the
+    real kernels' output contract, its reads of data said as its mistake; ``None``: opclass's own."""
+    record.fake, record.fake_where = fn, where
     if where is not None:
         fn = _contract_fake(record, where, fn)
     record.lib._register_fake(record.overload_name(), fn, _stacklevel=1)
@@ -46,14 +41,12 @@ def _contract_fake(record: OpRecord, where: str, fn: Callable[..., Any]) -> Call
         except RuntimeError as e:
             if not _reads_data(e):
                 raise
-            raise_in_trace(
-                RuntimeError(
-                    f"{where}: the fake kernel reads a Tensor's values ({first_line(e)}), which FakeTensors do not have: "
-                    "build the outputs from shapes, dtypes and devices alone; for an output size that depends on the "
-                    "values, take it from torch.library.get_ctx().new_dynamic_size()"
-                ),
-                e,
+            message = (
+                f"{where}: the fake kernel reads a Tensor's values ({first_line(e)}), which FakeTensors do not have: "
+                "build the outputs from shapes, dtypes and devices alone; for an output size that depends on the "
+                "values, take it from torch.library.get_ctx().new_dynamic_size()"
             )
+            raise_in_trace(RuntimeError(message), e)
         try:
             return finish(where, args, kwargs, out)
         except (RuntimeError, TypeError) as e:
@@ -98,8 +91,7 @@ def needs_real_data(e: BaseException) -> bool:
 
     if _reads_data(e) or isinstance(e, (DynamicOutputShapeException, UnsupportedOperatorException)):
         return True
-    # .numpy() (NumPy, np.asarray), data pointers and storage of fake/meta tensors; a torch op or
-    # C++ kernel with no Meta kernel.
+    # NumPy (.numpy(), np.asarray), data pointers and storage of fake/meta tensors, an op with no Meta kernel.
     text = str(e)
     return isinstance(e, (RuntimeError, NotImplementedError, TypeError)) and any(
         s in text for s in (".numpy()", "data pointer", "storage", "'Meta' backend", "meta tensor", "Meta tensor", "FakeTensor")

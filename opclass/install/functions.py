@@ -12,7 +12,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import threading
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -22,13 +21,14 @@ from torch import _C
 from opclass.core import native
 from opclass.core.shield import shield
 from opclass.errors import raised_by_torch, reraise
-from opclass.core.types import holds_tensor, returns_of
+from opclass.core.types import element_of, holds_tensor, inner, returns_of
 from opclass.install.outputs import output_is_fresh
 
 if TYPE_CHECKING:
-    from opclass.install.record import Kernel, OpRecord
+    from opclass.install.record import OpRecord
+    from opclass.install.table import Kernel
 
-__all__ = ["Call", "Formula", "Functions", "functions", "functorch_entry", "call_below_autograd", "AFTER_AUTOGRAD"]
+__all__ = ["Call", "Formula", "Functions", "functions", "functorch_entry", "AFTER_AUTOGRAD"]
 
 AFTER_AUTOGRAD = _C._after_autograd_keyset
 _MAKE = threading.Lock()
@@ -81,10 +81,10 @@ def functions(record: OpRecord) -> Functions:
         with _MAKE:
             made = record.functions
             if made is None:
-                make_generic, make_fast = _formulas(record)
+                generic, make_fast = _formulas(record)
                 plan = record.plan
-                fast = plan is not None and plan.grad == "function" and not record.arguments.keyword_only
-                made = record.functions = Functions(make_generic(), {d: make_fast(k) for d, k in plan.kernels.items()} if fast and plan else {})
+                fast = plan.kernels if plan is not None and plan.grad == "function" and not record.arguments.keyword_only else {}
+                made = record.functions = Functions(generic, {d: make_fast(k) for d, k in fast.items()})
     return made
 
 
@@ -101,75 +101,75 @@ def functorch_entry(record: OpRecord) -> Callable[..., Any]:
     return functorch_call
 
 
-def _formulas(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Function]], Callable[[Kernel], type[torch.autograd.Function]]]:
-    """What the op's Functions are made of: ``(make_generic(), make_fast(kernel))``."""
-    schema, table = record.schema, record.arguments
-    positional, kw_only = table.positional, table.keyword_only
+def _formulas(record: OpRecord) -> tuple[type[torch.autograd.Function], Callable[[Kernel], type[torch.autograd.Function]]]:
+    """The op's generic Function, and ``make_fast(kernel)``, which makes a fast one."""
+    positional, kw_only = record.arguments.positional, record.arguments.keyword_only
     # The dispatcher drops trailing arguments equal to their default; setup_context sees them all.
-    pos_defaults = [a.default for a in positional]
+    pos_defaults = tuple(a.default for a in positional)
     kw_defaults = {a.name: a.default for a in kw_only if a.has_default}
     n_pos = len(positional)
     # backward may stop after the arguments a caller can pass (torch's convention), so at the
     # first of the trailing defaulted ones.
-    required = n_pos - len(list(itertools.takewhile(lambda a: a.has_default, reversed(positional))))
+    required = max((a.index + 1 for a in positional if not a.has_default), default=0)
     kw_index = {a.name: n_pos + i for i, a in enumerate(kw_only)}
-    qualname = record.qualname
-    cls_name = record.cls_name
+    qualname, cls_name = record.qualname, record.cls_name
     formula = record.formula or Formula()
     no_formula = f"Trying to backward through {qualname} ({cls_name}), but no autograd formula was registered" + (f": {formula.missing}" if formula.missing else "")
     # The user's setup_context, called in its own form (no adapter frame).
     user_setup, setup_kw, user_backward_fn, user_jvp = formula.setup_context, formula.setup_keywords, formula.backward, formula.jvp
     fresh, single, finish = output_is_fresh(), record.outputs.single, record.outputs.finish
-    below = call_below_autograd()
-    below_guard = None if native.native_module() is not None else _C._AutoDispatchBelowAutograd
+    # below(fn, *args, **kwargs): fn run with autograd keys excluded, as a kernel runs in the Autograd kernel.
+    module = native.native_module()
+    below = module.call_below_autograd if module is not None else _below
+    below_guard = None if module is not None else _C._AutoDispatchBelowAutograd
     entry: Callable[..., Any] = record.functorch_entry or record.op  # type: ignore[assignment]
 
     where = formula.where or f"{qualname} ({cls_name})"
-
     setup_where = formula.setup_where or where
 
-    def setup_failed(e: Exception) -> None:
-        """A torch error raised in setup_context names the op and the hook."""
-        if not raised_by_torch(e):
-            raise e
-        reraise(e, setup_where)
-
-    def check_saved(saved: tuple[Any, ...]) -> None:
+    def run_setup(ctx: Any, inputs: tuple[Any, ...], kw_names: tuple[str, ...], kw_values: tuple[Any, ...], out: Any) -> None:
+        """The user's setup_context (never None here); a torch error raised in it names the op and the hook."""
+        try:
+            if setup_kw:
+                user_setup(ctx, inputs, {**kw_defaults, **dict(zip(kw_names, kw_values))}, out)  # type: ignore[misc]
+            else:
+                user_setup(ctx, inputs, out)  # type: ignore[misc]
+        except Exception as e:
+            if not raised_by_torch(e):
+                raise
+            reraise(e, setup_where)
         # torch checks what save_for_backward got only after setup_context returns, naming neither.
-        for i, t in enumerate(saved):
+        for i, t in enumerate(getattr(ctx, "to_save", None) or ()):
             if t is not None and not isinstance(t, torch.Tensor):
                 raise TypeError(
                     f"{setup_where}: save_for_backward can only save variables, but argument {i} is of type {torch.typename(t)}; "
                     "save Tensors (or None) only, and keep any other value on ctx (ctx.shape = x.shape)"
                 )
+
     n_kw = len(kw_only)
     # What a gradient may be for: schema types with no Tensor in them take None only.
     not_tensors = [(i, a.name, a.jit) for i, a in enumerate((*positional, *kw_only)) if not a.holds_tensor]
-    # torch's Tensor-list support wants a list of gradients for a list of Tensors, and reads an
-    # empty list of anything as one: None for the whole list becomes one None per element.
-    lists = has_tensor_lists(record)
-    list_positions = tuple(a.index for a in positional if a.jit.startswith("List[")) if lists else ()
-    tensor_lists = {i for i in list_positions if positional[i].holds_tensor}
-    # The same for keyword-only lists: name -> whether it holds Tensors.
-    kw_lists = {a.name: a.holds_tensor for a in kw_only if a.jit.startswith("List[")} if lists else {}
+    # Tensor-list arguments or returns. torch's Tensor-list support wants a list of gradients for a
+    # list of Tensors, and reads an empty list of anything as one: None for the whole list becomes
+    # one None per element.
+    lists = any(inner(t)[2] and holds_tensor(t) for t in (*(a.jit for a in record.arguments), *returns_of(record.schema)))
+    # List arguments: position (keyword-only: name) -> whether it holds Tensors.
+    pos_lists = {a.index: a.holds_tensor for a in positional if element_of(a.jit) is not None} if lists else {}
+    kw_lists = {a.name: a.holds_tensor for a in kw_only if element_of(a.jit) is not None} if lists else {}
 
-    def passed(args: tuple[Any, ...]) -> int:
-        """The positional arguments a call passed, as the dispatcher counts them: trailing ones
-        equal to their default are left out."""
-        n = len(args)
-        while n > required and _is_default(args[n - 1], pos_defaults[n - 1]):
-            n -= 1
-        return n
-
-    # Only ops with defaulted positional arguments or Tensor lists have anything to remember.
-    remembers = n_pos > required or bool(list_positions)
+    remembers = n_pos > required or bool(pos_lists)
 
     def remember(ctx: Any, args: tuple[Any, ...]) -> None:
         if n_pos > required:
-            ctx._opclass_passed = passed(args)
-        if list_positions:
+            # The positional arguments passed, as the dispatcher counts them: trailing ones equal
+            # to their default are left out.
+            n = len(args)
+            while n > required and _is_default(args[n - 1], pos_defaults[n - 1]):
+                n -= 1
+            ctx._opclass_passed = n
+        if pos_lists:
             ctx._opclass_lists = tuple(
-                (i, len(args[i])) for i in list_positions if i < len(args) and type(args[i]) in (list, tuple) and (i in tensor_lists or not args[i])
+                (i, len(args[i])) for i, tensors in pos_lists.items() if i < len(args) and type(args[i]) in (list, tuple) and (tensors or not args[i])
             )
 
     def user_backward(ctx: Any, grads: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -206,15 +206,13 @@ def _formulas(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Functi
         kwargs = dict(zip(call.kw_names, flat[call.n_args : -1]))
         if call.kernel is not None:  # the fast path, for ops with keyword-only arguments
             # The checked kernel: outputs already checked and converted.
-            out = below(call.kernel, *args, **kwargs)
-        elif call.keyset is None:
+            return below(call.kernel, *args, **kwargs)
+        if call.keyset is None:
             # Under torch.func: the level above was just taken care of; the op meets the
             # levels below (or none) afresh.
-            out = entry(*args, **kwargs)
-        else:
-            with _C._AutoDispatchBelowAutograd():
-                out = record.op.redispatch(call.keyset & AFTER_AUTOGRAD, *args, **kwargs)  # type: ignore[union-attr]
-        return out
+            return entry(*args, **kwargs)
+        with _C._AutoDispatchBelowAutograd():
+            return record.op.redispatch(call.keyset & AFTER_AUTOGRAD, *args, **kwargs)  # type: ignore[union-attr]
 
     def setup_context(ctx: Any, flat: tuple[Any, ...], out: Any) -> None:
         call: Call = flat[-1]
@@ -225,18 +223,7 @@ def _formulas(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Functi
                 n: len(v) for n, v in zip(call.kw_names, flat[call.n_args : -1]) if n in kw_lists and type(v) in (list, tuple) and (kw_lists[n] or not v)
             }
         if user_setup is not None:
-            args = flat[: call.n_args]
-            inputs = tuple(args) + tuple(pos_defaults[len(args) :])
-            try:
-                if setup_kw:
-                    user_setup(ctx, inputs, {**kw_defaults, **dict(zip(call.kw_names, flat[call.n_args : -1]))}, out)
-                else:
-                    user_setup(ctx, inputs, out)
-            except Exception as e:
-                setup_failed(e)
-            saved = getattr(ctx, "to_save", None)
-            if saved:
-                check_saved(saved)
+            run_setup(ctx, flat[: call.n_args] + pos_defaults[call.n_args :], call.kw_names, flat[call.n_args : -1], out)
         ctx._opclass_call = call
 
     def jvp(ctx: Any, *tangents: Any) -> Any:
@@ -244,8 +231,7 @@ def _formulas(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Functi
         if user_jvp is None:
             raise RuntimeError(f"Trying to use forward-mode AD with {qualname} but no forward-mode formula was registered" + (f": {formula.missing_jvp}" if formula.missing_jvp else ""))
         # One tangent per positional input (None past those given), as backward returns grads.
-        pos = tuple(tangents[: call.n_args]) + (None,) * (n_pos - call.n_args)
-        return user_jvp(ctx, *pos)
+        return user_jvp(ctx, *tangents[: call.n_args], *(None,) * (n_pos - call.n_args))
 
     def backward(ctx: Any, *grads: Any) -> Any:
         call: Call = ctx._opclass_call
@@ -288,16 +274,7 @@ def _formulas(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Functi
             if remembers:
                 remember(ctx, args)
             if user_setup is not None:
-                try:
-                    if setup_kw:
-                        user_setup(ctx, args, {}, out)
-                    else:
-                        user_setup(ctx, args, out)
-                except Exception as e:
-                    setup_failed(e)
-                saved = getattr(ctx, "to_save", None)
-                if saved:
-                    check_saved(saved)
+                run_setup(ctx, args, (), (), out)
             return out
 
         def fast_backward(ctx: Any, *grads: Any) -> Any:
@@ -317,29 +294,23 @@ def _formulas(record: OpRecord) -> tuple[Callable[[], type[torch.autograd.Functi
         out = torch.vmap(one, in_dims=tuple(in_dims[:-1]), randomness=info.randomness)(*flat[:-1])
         return out, (0,) * len(out) if isinstance(out, tuple) else 0
 
-    def make_generic() -> type[torch.autograd.Function]:
-        if lists:
-            # torch's supports_tensorlist wraps only forward(ctx, ...)-style Functions: Tensor-list
-            # ops keep that style, and so get no torch.func transforms and no jvp.
-            def forward_with_ctx(ctx: Any, *flat: Any) -> Any:
-                out = forward(*flat)
-                setup_context(ctx, flat, out)
-                return out
+    if not lists:
+        return _function_class(f"{cls_name}Function", forward, backward, False, setup_context=setup_context, jvp=jvp, vmap=vmap), fast_function
 
-            return _function_class(f"{cls_name}Function", forward_with_ctx, backward, lists)
-        return _function_class(f"{cls_name}Function", forward, backward, lists, setup_context=setup_context, jvp=jvp, vmap=vmap)
+    # torch's supports_tensorlist wraps only forward(ctx, ...)-style Functions: Tensor-list ops
+    # keep that style, and so get no torch.func transforms and no jvp.
+    def forward_with_ctx(ctx: Any, *flat: Any) -> Any:
+        out = forward(*flat)
+        setup_context(ctx, flat, out)
+        return out
 
-    return make_generic, fast_function
+    return _function_class(f"{cls_name}Function", forward_with_ctx, backward, True), fast_function
 
 
 def _function_class(name: str, forward: Callable[..., Any], backward: Callable[..., Any], lists: bool, qualname: str | None = None, **extra: Callable[..., Any]) -> type[torch.autograd.Function]:
     # torch's autograd.Function method names, given as keywords.
-    body: dict[str, Any] = {k: staticmethod(v) for k, v in dict(extra, forward=forward, backward=backward).items()}
-    for method in body.values():
-        shield(method.__func__)
-    fn_cls = type(name, (torch.autograd.Function,), body)
-    fn_cls.__module__ = __name__
-    fn_cls.__qualname__ = qualname or name
+    body: dict[str, Any] = {k: staticmethod(shield(v)) for k, v in dict(extra, forward=forward, backward=backward).items()}
+    fn_cls = type(name, (torch.autograd.Function,), {**body, "__module__": __name__, "__qualname__": qualname or name})
     if lists:
         from torch._library.autograd import supports_tensorlist
 
@@ -354,23 +325,10 @@ def top_level_differentiates() -> bool:
     return retrieve_current_functorch_interpreter().key() in (TransformType.Grad, TransformType.Jvp)
 
 
-def call_below_autograd() -> Callable[..., Any]:
-    """``below(fn, *args, **kwargs)``: call ``fn`` with autograd dispatch keys excluded, as a
-    kernel runs inside the dispatcher's Autograd kernel (native: no context-manager object)."""
-    module = native.native_module()
-    if module is not None:
-        return module.call_below_autograd  # type: ignore[no-any-return]
-
-    def below(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        with _C._AutoDispatchBelowAutograd():
-            return fn(*args, **kwargs)
-
-    return below
-
-
-def has_tensor_lists(record: OpRecord) -> bool:
-    """Tensor-list arguments or returns."""
-    return any(t.startswith(("List[", "Optional[List[")) and holds_tensor(t) for t in (*(a.jit for a in record.arguments), *returns_of(record.schema)))
+def _below(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """The native guard's ``call_below_autograd`` in Python."""
+    with _C._AutoDispatchBelowAutograd():
+        return fn(*args, **kwargs)
 
 
 def _is_default(value: Any, default: Any) -> bool:
@@ -393,5 +351,3 @@ def _needs_input_grad(flags: tuple[Any, ...], call: Call, kw_index: dict[str, in
     for j, name in enumerate(call.kw_names):
         out[kw_index[name]] = flags[call.n_args + j]
     return tuple(out)
-
-

@@ -10,8 +10,7 @@ from __future__ import annotations
 import functools
 from typing import overload
 
-import torch
-
+from opclass.define.schema import op_exists
 from opclass.define.spec import OpSpec
 from opclass.errors import definition_error
 from opclass.install import existing
@@ -28,16 +27,15 @@ def install(spec: OpSpec) -> OpRecord: ...
 @overload
 def install(spec: OpSpec, replacing: OpRecord | None) -> OpRecord | None: ...
 def install(spec: OpSpec, replacing: OpRecord | None = None) -> OpRecord | None:
-    """A fresh install of ``spec``: open the op's fragment, run each hook's installer (in the
-    order of ``spec.registry``), then the fallbacks of the hooks the class does not define, plan
-    the call, register opclass's own kernels. On failure every registration made is dropped again.
+    """A fresh install of ``spec``: the op's fragment, each hook's installer (in the order of
+    ``spec.registry``), the kernel table's registrations, the fallbacks of the hooks the class does
+    not define, the plan, opclass's own kernels. On failure every registration made is dropped again.
 
     With ``replacing`` (the live install of the name; see :func:`in_place`), in place: the install
     goes into a shadow fragment, and if it registers exactly what ``replacing`` registered, the
     live registrations call the new functions from then on (torch's dispatcher is not written,
     so calls on other threads go on) and ``replacing`` keeps no fragment; ``None`` if it would
-    register anything else (``replacing``'s hooks are uninstalled then, nothing else changed).
-    """
+    register anything else (``replacing``'s hooks are uninstalled then, nothing else changed)."""
     record = OpRecord(spec)
     # Asked before this install registers anything: does the op run under FakeTensor already?
     record.had_fake = spec.existing and existing.has_fake(spec.qualname)
@@ -54,6 +52,7 @@ def install(spec: OpSpec, replacing: OpRecord | None = None) -> OpRecord | None:
                     record.cleanups.append(functools.partial(hook.uninstall, record, value))
                 lib.installing = hook.name
                 hook.install(record, value)
+        record.table.register()  # each slot once, from every hook's entries
         for hook in spec.registry:
             if hook.fallback is not None and hook.name not in spec.hooks:
                 lib.installing = hook.name
@@ -97,8 +96,7 @@ def check_name(spec: OpSpec) -> None:
             _fail(spec, f"existing=True, but {qualname} is an opclass op ({by} defines it)", "subclass or redefine that class instead")
         _fail(spec, f"{qualname} is defined outside opclass ({by} extends it with existing=True)", "pick another name, or remove the other definition first")
     if spec.existing:
-        registry = {h.name: h for h in spec.registry}
-        for hook, problem, fix in existing.conflicts(qualname, spec.hooks, registry, live):
+        for hook, problem, fix in existing.conflicts(qualname, spec.hooks, {h.name: h for h in spec.registry}, live):
             _fail(spec, problem, fix, hook)
         return
     if defined_outside(qualname):
@@ -107,11 +105,4 @@ def check_name(spec: OpSpec) -> None:
 
 def defined_outside(qualname: str) -> bool:
     """``qualname`` (``"ns::op"`` or ``"ns::op.overload"``) is an op the dispatcher has and opclass did not define."""
-    if lookup(qualname) is not None:
-        return False
-    ns_name, _, overload = qualname.partition(".")
-    try:
-        torch._C._dispatch_find_schema_or_throw(ns_name, overload)
-    except RuntimeError:
-        return False
-    return True
+    return lookup(qualname) is None and op_exists(qualname)

@@ -32,23 +32,22 @@ _RETARGET: Callable[[Any, Any], None] = functools.partial.__setstate__  # type: 
 
 class OpLibrary(torch.library.Library):
     """A ``Library`` fragment whose Python kernels can be pointed elsewhere without touching the
-    dispatcher.
+    dispatcher: each is registered as a ``functools.partial`` slot (a C-level indirection, no
+    Python frame on the call path), listed in :attr:`entries` with what it is. Two uses:
 
-    Every function registered through it is registered as a ``functools.partial`` slot (a C-level
-    indirection: no Python frame on the call path), listed in :attr:`entries` with what it is
-    (definition, kernel at a key, fake kernel, torch_dispatch rule). Two uses:
-
-    * :meth:`release`: torch keeps the kernels of a destroyed op name alive until that name is
-      registered again; released, they hold nothing of the op (a call raises that it was removed).
+    * :meth:`release`: torch keeps a destroyed op's kernels alive until its name is registered
+      again; released, they hold nothing of the op (a call raises that it was removed).
     * :meth:`take_over`: torch's dispatcher is not safe to write while other threads call the op,
-      so a redefinition that registers exactly what the live install registered installs into a
-      *shadow* fragment (``onto=`` the live one; it registers nothing with torch) and then points
-      the live fragment's slots at its functions, all at once.
+      so a redefinition that registers exactly what the live install did installs into a *shadow*
+      fragment (``onto=`` the live one; it registers nothing with torch), then points the live
+      fragment's slots at its functions, all at once.
     """
 
     def __init__(self, namespace: str, onto: OpLibrary | None = None) -> None:
         super().__init__(namespace, "FRAGMENT")  # type: ignore[no-untyped-call]
         self._onto = onto
+        #: Registrations are only listed, for :meth:`take_over`.
+        self.shadow = onto is not None
         #: (what, slot) for every registration; in a shadow, (what, function): nothing is registered.
         self.entries: list[tuple[tuple[Any, ...], Any]] = []
         self._inside = 0  # torch registering through this fragment on its own (register_fake's Meta kernel)
@@ -58,11 +57,6 @@ class OpLibrary(torch.library.Library):
         self.installing: str | None = None
         #: Config classes this install registered with torch (taken back with the op where torch can).
         self.configs: list[type] = []
-
-    @property
-    def shadow(self) -> bool:
-        """Registrations are only listed, for :meth:`take_over`."""
-        return self._onto is not None
 
     def _slot(self, what: tuple[Any, ...], fn: Callable[..., Any]) -> Any:
         shield(fn)
@@ -102,9 +96,8 @@ class OpLibrary(torch.library.Library):
             super()._register_torch_dispatch_rule(op_name, torch_dispatch_class, slot)  # type: ignore[no-untyped-call]
 
     def take_over(self) -> OpLibrary | None:
-        """A shadow's end: if it listed exactly what the fragment it shadows registered, point that
-        fragment's slots at this one's functions and return it (holding this install's
-        registrations); ``None`` (nothing changed) otherwise."""
+        """A shadow's end: if it listed exactly what the fragment it shadows registered, point that fragment's
+        slots at this one's functions and return it (holding this install's registrations); else ``None``."""
         onto = self._onto
         assert onto is not None
         if [what for what, _ in self.entries] != [what for what, _ in onto.entries]:
@@ -132,10 +125,9 @@ def _removed(qualname: str, *args: Any, **kwargs: Any) -> Any:
 
 
 def open_library(record: OpRecord, onto: OpLibrary | None = None) -> None:
-    """Give the install its fragment, which owns every registration it makes, and its op: defined
-    here (its config classes registered with torch first), or (``existing=True``) the op defined
-    elsewhere. With ``onto`` (the live install's fragment, whose config classes this install
-    uses too), a shadow fragment (see :class:`OpLibrary`)."""
+    """Give the install its fragment, which owns its every registration, and its op: defined here
+    (its config classes registered with torch first), or (``existing=True``) elsewhere. With
+    ``onto`` (the live install's fragment, whose config classes it shares), a shadow fragment."""
     lib = record.lib = OpLibrary(record.namespace, onto)
     if onto is not None:
         lib.configs = onto.configs

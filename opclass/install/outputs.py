@@ -19,7 +19,6 @@ Example:
 
 from __future__ import annotations
 
-import itertools
 import sys
 import threading
 from typing import Any, Callable, Sequence
@@ -29,7 +28,7 @@ from torch import _C
 
 from opclass.core import native
 from opclass.core.compat import INPLACE_TAG, tagged_inplace, tagged_out
-from opclass.core.types import exact_return, returns_of
+from opclass.core.types import exact_predicate, jit_type, returns_of
 
 _refs = sys.getrefcount
 _storage_uses = _C._storage_Use_Count
@@ -73,17 +72,7 @@ def check_arity(where: str, n_returns: int, result: Any) -> None:
     """Raise if a multi-output kernel returned a sequence of the wrong length (the dispatcher
     would crash the process on it, not raise)."""
     if n_returns > 1 and type(result) in (tuple, list) and len(result) != n_returns:
-        raise RuntimeError(f"{where}: the kernel returned {len(result)} values, but the op's schema declares {n_returns} outputs")
-
-
-def _check_aliasing(where: str, args: Any, kwargs: Any, result: Any, mutates: bool = False) -> None:
-    if _C._any_output_is_alias_to_input_or_output(args, kwargs, result if type(result) is tuple else (result,)):
-        raise RuntimeError(
-            f"{where}: the output of this custom operator (1) must not also be an input to this "
-            "custom operator and (2) may not alias any inputs to this custom operator or other "
-            "returns. Return a clone of the offending output (e.g. x.clone()) instead."
-            + (_RETURNS_MUTATED if mutates else "")
-        )
+        raise RuntimeError(f"{where}: the kernel returned {len(result)} value{'' if len(result) == 1 else 's'}, but the op's schema declares {n_returns} outputs")
 
 
 # An op that mutates and returns what it wrote says so in its schema, or returns nothing.
@@ -100,25 +89,30 @@ class Contract:
     :meth:`finish` is the whole rule; ``single`` says when a fresh result is final without it (the
     op returns one Tensor, not an argument of its own)."""
 
-    __slots__ = ("kind", "n_returns", "single", "is_exact", "convert", "outs", "mutates")
+    __slots__ = ("kind", "n_returns", "single", "is_exact", "convert", "outs")
 
     def __init__(self, schema: torch._C.FunctionSchema, tags: Sequence[torch.Tag], written: Sequence[str] = ()) -> None:
+        kinds = returns_of(schema)
+        self.is_exact = exact_predicate(kinds)
         self.kind = "inplace" if tagged_inplace(tags) else "out" if tagged_out(tags) else "functional" if schema.returns else "none"
         self.n_returns = len(schema.returns)
         # A fresh Tensor cannot alias an input, mutated ones included: final as it is.
-        self.single = self.kind == "functional" and returns_of(schema) == ("Tensor",)
-        self.is_exact = exact_predicate(schema)
-        self.convert = converter(schema)
+        self.single = self.kind == "functional" and kinds == ("Tensor",)
+        self.convert = converter(schema, kinds)
         self.outs = tuple(written)
-        self.mutates = bool(written)
 
     def finish(self, where: str, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Any:
         """``out`` as the dispatcher returns it, or the error that names ``where``."""
         if self.kind == "functional":
-            if not self.is_exact(out):
-                out = self.convert(where, out)
+            out = out if self.is_exact(out) else self.convert(where, out)
             check_arity(where, self.n_returns, out)
-            _check_aliasing(where, args, kwargs, out, self.mutates)
+            if _C._any_output_is_alias_to_input_or_output(args, kwargs, out if type(out) is tuple else (out,)):
+                raise RuntimeError(
+                    f"{where}: the output of this custom operator (1) must not also be an input to this "
+                    "custom operator and (2) may not alias any inputs to this custom operator or other "
+                    "returns. Return a clone of the offending output (e.g. x.clone()) instead."
+                    + (_RETURNS_MUTATED if self.outs else "")
+                )
         elif self.kind == "none":
             if out is not None:
                 self.convert(where, out)  # raises, naming the op and the hook
@@ -139,23 +133,17 @@ class Contract:
 
         def checked_kernel(*args: Any, **kwargs: Any) -> Any:
             out = fn(*args, **kwargs)
-            if not (single and fresh(out)):
-                out = finish(where, args, kwargs, out)
-            return out
+            return out if single and fresh(out) else finish(where, args, kwargs, out)
 
         return checked_kernel
 
-
-# --------------------------------------------------------------------------- conversion
 
 _LIB: torch.library.Library | None = None
 _COMPANIONS: dict[str, Any] = {}
 _PENDING = threading.local()
 _LOCK = threading.Lock()
-_COUNTER = itertools.count()
 _CPU = _C.DispatchKeySet(_C.DispatchKey.CPU)
-# Shared by return text and kinds: ops share a few return types.
-_PREDICATES: dict[tuple[str, ...], Callable[[Any], bool]] = {}
+# Shared by return text: ops share a few return types.
 _CONVERTERS: dict[str, Callable[[str, Any], Any]] = {}
 
 
@@ -165,19 +153,16 @@ def _companion(returns: str) -> Any:
     with _LOCK:
         op = _COMPANIONS.get(returns)
         if op is None:
-            if _LIB is None:
-                _LIB = torch.library.Library("opclass_returns", "FRAGMENT")
-            name = f"r{next(_COUNTER)}"
+            _LIB = _LIB or torch.library.Library("opclass_returns", "FRAGMENT")
+            name = f"r{len(_COMPANIONS)}"  # companions are never removed: a fresh name
             _LIB.define(f"{name}() -> {returns}")
             _LIB.impl(name, lambda: _PENDING.value, "CPU")
-            op = getattr(torch.ops.opclass_returns, name).default
-            _COMPANIONS[returns] = op
+            op = _COMPANIONS[returns] = getattr(torch.ops.opclass_returns, name).default
     return op
 
 
 def _return_text(schema: torch._C.FunctionSchema) -> str:
-    text = str(schema)
-    text = text[text.index(") -> ") + len(") -> ") :]
+    text = str(schema).partition(") -> ")[2]
     # Alias annotations belong to the op, not to a companion without arguments.
     for alias in {r.alias_info for r in schema.returns if r.alias_info is not None}:
         for name in alias.before_set:
@@ -185,36 +170,34 @@ def _return_text(schema: torch._C.FunctionSchema) -> str:
     return text
 
 
-def converter(schema: torch._C.FunctionSchema) -> Callable[[str, Any], Any]:
-    """``convert(where, result)``: the dispatcher's conversion of a kernel result for this schema,
-    for a result that failed the exact check. A result the op cannot return raises what torch
-    raises (``RuntimeError``; ``TypeError`` where torch says "not a sequence"), with a message
-    naming ``where`` (``"ns::op (Cls.cpu)"``), what came back, what the op returns and the fix.
+def converter(schema: torch._C.FunctionSchema, kinds: tuple[str, ...]) -> Callable[[str, Any], Any]:
+    """``convert(where, result)``: the dispatcher's conversion of a kernel result for this schema
+    (``kinds``: its return types), for a result that failed the exact check. A result the op
+    cannot return raises what torch raises (``RuntimeError``; ``TypeError`` for "not a sequence")
+    with a message naming ``where``, what came back, what the op returns and the fix.
 
     Stricter than the dispatcher in one way: ``None`` where the schema promises a value that is
     not optional (the dispatcher makes it an undefined Tensor, or ``False``) is refused, as the
     kernel most likely forgot its ``return``.
     """
     returns = _return_text(schema)
-    convert = _CONVERTERS.get(returns)
-    if convert is None:
-        convert = _CONVERTERS.setdefault(returns, _make_converter(returns, schema))  # a race makes an equal one
-    return convert
+    if returns not in _CONVERTERS:
+        _CONVERTERS.setdefault(returns, _make_converter(returns, schema, kinds))  # a race makes an equal one
+    return _CONVERTERS[returns]
 
 
-def _make_converter(returns: str, schema: torch._C.FunctionSchema) -> Callable[[str, Any], Any]:
+def _make_converter(returns: str, schema: torch._C.FunctionSchema, kinds: tuple[str, ...]) -> Callable[[str, Any], Any]:
     """The converter of every op whose returns read ``returns`` (of ``schema``, only the returns are read)."""
     n_returns = len(schema.returns)
-    required = tuple(i for i, r in enumerate(returns_of(schema)) if not r.startswith("Optional["))
+    required = tuple(i for i, r in enumerate(kinds) if jit_type(r).optional is None)
 
     def convert(where: str, result: Any) -> Any:
         if result is None and (not n_returns or (n_returns == 1 and not required)):
             return None
-        if not n_returns or (result is None and n_returns == 1):
+        missing = n_returns > 1 and isinstance(result, (tuple, list)) and len(result) == n_returns and any(result[i] is None for i in required)
+        if not n_returns or (result is None and n_returns == 1) or missing:
             raise RuntimeError(_explain(where, schema, result))
         check_arity(where, n_returns, result)
-        if n_returns > 1 and isinstance(result, (tuple, list)) and len(result) == n_returns and any(result[i] is None for i in required):
-            raise RuntimeError(_explain(where, schema, result))
         op = _companion(returns)
         _PENDING.value = result
         try:
@@ -250,14 +233,3 @@ def _explain(where: str, schema: torch._C.FunctionSchema, result: Any) -> str:
     from opclass.install.explain import explain  # only once a result has failed
 
     return explain(where, schema, result, accepts)
-
-
-def exact_predicate(schema: torch._C.FunctionSchema) -> Callable[[Any], bool]:
-    """``is_exact(result)``: true when ``result`` already is what the dispatcher would return."""
-    kinds = returns_of(schema)
-    predicate = _PREDICATES.get(kinds)
-    if predicate is None:
-        text = exact_return(kinds, "out")
-        predicate = eval(f"lambda out: {text or 'False'}", {"_T": torch.Tensor})  # noqa: S307
-        predicate = _PREDICATES.setdefault(kinds, predicate)  # a race makes an equal one
-    return predicate

@@ -25,7 +25,7 @@ from torch import _C
 from torch.fx.node import _side_effectful_functions
 
 from opclass.core import native
-from opclass.core.types import DEVICE_CODES, GRAD, autograd_keysets, tensors_in
+from opclass.core.types import DEVICE_CODES, GRAD, autograd_keysets, same_values, tensors_in
 from opclass.install.functions import AFTER_AUTOGRAD, Call, functions, functorch_entry
 from opclass.install.outputs import output_is_fresh
 
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 __all__ = ["register_own_kernels", "plain_keysets", "bump_mutated", "check_mutation"]
 
 _ADIV = _C.DispatchKey.ADInplaceOrView
-_OPEN = [0]  # the gate of an op whose plain calls never need the dispatcher
 _AFTER_AD_INPLACE = _C._after_ADInplaceOrView_keyset
 
 
@@ -55,13 +54,10 @@ def register_own_kernels(record: OpRecord) -> None:
     if not record.schema.returns and not record.mutated and not record.existing:
         # Only its side effect makes such an op useful: keep compilers from dropping it.
         _side_effectful_functions.add(record.op)  # type: ignore[arg-type]
-    device = next((a for a in record.arguments if a.jit == "Device"), None)
+    device = next((a for a in record.arguments if a.is_device), None)
     needs_select = not record.existing or (any(k is not None for k in record.kernels) and not _C._dispatch_has_kernel_for_dispatch_key(record.qualname, "BackendSelect"))
     if device is not None and needs_select and not any(a.holds_tensor for a in record.arguments):
         lib.impl(name, _backend_select_kernel(record, device.index), "BackendSelect", with_keyset=True)
-
-
-# --------------------------------------------------------------------------- Autograd
 
 
 def plain_keysets(record: OpRecord) -> dict[int, Callable[..., Any]]:
@@ -77,11 +73,9 @@ def _bumps(record: OpRecord) -> tuple[tuple[int, ...], tuple[str, ...]]:
 
 
 def generic_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
-    """The kernel registered at the Autograd key (where no hook gives its own): apply the Function only when grad is needed.
-
-    Without grad, plain dense tensors go straight to the backend kernel instead of crossing back
-    into the dispatcher; anything else (modes, Python keys, other layouts) is redispatched.
-    """
+    """The Autograd key's kernel (where no hook gives its own): the Function only when grad is
+    needed; else plain dense tensors go straight to the backend kernel, and anything else (modes,
+    Python keys, other layouts) is redispatched."""
     assert record.plan is not None
     is_out, functional, opname, op = record.is_out, not record.mutated, record.name, record.op
     plain = plain_keysets(record)
@@ -89,12 +83,12 @@ def generic_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
     bump_positions, bump_names = _bumps(record)
     module = native.native_module()
     guard = module.guard if module is not None else None
-    specs = _guard_specs(record)
-    # The native guard's code per device, and that device's kernel (with a gate, what a hook
-    # may change after this kernel is registered: its checked kernel, which reads that state).
-    gated = record.plan.gate is not None
-    codes = {DEVICE_CODES[d]: dataclasses.replace(k, user=k.checked) if gated else k for d, k in record.plan.kernels.items()}
-    gate = record.plan.gate or _OPEN
+    # Native-guard specs for the positional arguments the dispatcher passes, by count given.
+    letters = "".join(a.kind.letter for a in record.arguments.positional)
+    specs = {n: letters[:n].encode() for n in range(len(letters) + 1)}
+    # The native guard's code per device, and that device's kernel (where providers choose, the
+    # checked kernel: it makes the choice of the calling context).
+    codes = {DEVICE_CODES[d]: dataclasses.replace(k, user=k.checked) if k.choice is not None else k for d, k in record.plan.kernels.items()}
     fresh, single, finish = output_is_fresh(), record.outputs.single, record.outputs.finish
     # _any_requires_grad does not look into lists holding None; the guards do.
     optional_lists = tuple(a.index for a in record.arguments.positional if a.jit == "List[Optional[Tensor]]")
@@ -108,7 +102,7 @@ def generic_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
         return apply
 
     def autograd_kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
-        if guard is not None and not kwargs and not gate[0]:
+        if guard is not None and not kwargs:
             # One native call answers "plain dense tensors, one device, grad needed?".
             code = guard(specs[len(args)], *args)
             k = codes.get(code)
@@ -122,7 +116,8 @@ def generic_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
             if code & GRAD and functional:
                 return (apply or function_apply())(*args, Call(keyset, len(args), ()))
         if _C.is_grad_enabled() and (
-            _C._any_requires_grad(*args, **kwargs) or (optional_lists and _optional_list_requires_grad(args, optional_lists))
+            _C._any_requires_grad(*args, **kwargs)
+            or (optional_lists and any(t is not None and t.requires_grad for i in optional_lists if i < len(args) for t in args[i]))
         ):
             if is_out:
                 raise RuntimeError(f"{opname}(): functions with out=... arguments don't support automatic differentiation, but one of the arguments requires grad.")
@@ -148,17 +143,11 @@ def generic_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
 
 
 def check_mutation(record: OpRecord, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], None] | None:
-    """Autograd cannot record a write inside a kernel, so a written Tensor keeps the history it
-    had. That is wrong only for a Tensor that has one (the result of a differentiable computation,
-    or a view of one) and only if the kernel changes its values: its gradients would then
-    silently be those of its value before the write. A leaf (an ``nn.Parameter``) is written as
-    under ``torch.no_grad()``; its version counter, bumped before the kernel, makes a backward
-    that saved it raise.
-
-    Returns None, or a check to run after the kernel: it raises if such a Tensor's values changed,
-    after putting back the values of every Tensor the op writes. Where values cannot be compared
-    (FakeTensors and other subclasses, meta Tensors, torch.func transforms) such a call is refused
-    before the kernel."""
+    """Autograd cannot record a write inside a kernel: a written Tensor with history (not a leaf,
+    whose bumped version makes a backward that saved it raise) would silently get the gradients
+    of its value before the write. Returns None, or a check to run after the kernel that raises
+    if such a Tensor's values changed (putting back every written Tensor's values); where values
+    cannot be compared (subclasses, meta Tensors, torch.func transforms) the call is refused."""
     values = record.arguments.values(args, kwargs)
     at_risk = [(a, t) for a in record.arguments.written for t in tensors_in((values[a.index],)) if t.requires_grad and not t.is_leaf and not _traced_input(t)]
     if not at_risk:
@@ -172,7 +161,7 @@ def check_mutation(record: OpRecord, args: tuple[Any, ...], kwargs: dict[str, An
     before = [(t, t.detach().clone()) for t in record.arguments.tensors(args, kwargs, record.arguments.written)]
 
     def check() -> None:
-        changed = next((a for a, t in at_risk for u, b in before if u is t and not _same_values(t, b)), None)
+        changed = next((a for a, t in at_risk for u, b in before if u is t and not same_values(b, t.detach())), None)
         if changed is None:
             return
         with torch.no_grad():
@@ -193,19 +182,11 @@ def _write_with_history(record: OpRecord, name: str, why: str) -> str:
     )
 
 
-def _same_values(t: torch.Tensor, before: torch.Tensor) -> bool:
-    """``t`` holds ``before``'s values (NaN where it had NaN)."""
-    if t.is_floating_point() or t.is_complex():
-        return bool(torch.allclose(t.detach(), before, rtol=0.0, atol=0.0, equal_nan=True))
-    return torch.equal(t.detach(), before)
-
-
 def _traced_input(t: torch.Tensor) -> bool:
-    """A graph input as AOTAutograd's functionalization wraps it, whose history is a stand-in
-    (torch's ``Error`` node) whether or not the Tensor has one: Dynamo ran the same call on fake
-    Tensors first, a leaf as a leaf and a Tensor with history with that stand-in, and was checked.
-    (AOTAutograd's joint trace then clones a written input, with a real-looking history: every
-    FunctionalTensor is taken as such an input, so AOTAutograd used without Dynamo is not checked.)"""
+    """A graph input as AOTAutograd's functionalization wraps it: its history is a stand-in (torch's
+    ``Error`` node) either way, and Dynamo's run on fake Tensors was checked. (The joint trace
+    clones written inputs with real-looking histories, so every FunctionalTensor counts as one:
+    AOTAutograd used without Dynamo is not checked.)"""
     functional = sys.modules.get("torch._subclasses.functional_tensor")
     return functional is not None and isinstance(t, functional.FunctionalTensor)
 
@@ -213,16 +194,6 @@ def _traced_input(t: torch.Tensor) -> bool:
 def bump_mutated(args: tuple[Any, ...], kwargs: dict[str, Any], positions: Sequence[int], names: Sequence[str]) -> None:
     """Bump the version counter of each mutated Tensor (inference tensors are skipped)."""
     _C._increment_version(list(tensors_in([args[i] for i in positions if i < len(args)] + [kwargs[n] for n in names if n in kwargs])))
-
-
-def _optional_list_requires_grad(args: tuple[Any, ...], positions: Sequence[int]) -> bool:
-    return any(t is not None and t.requires_grad for i in positions if i < len(args) for t in args[i])
-
-
-def _guard_specs(record: OpRecord) -> dict[int, bytes]:
-    """Native-guard specs for the positional arguments the dispatcher passes, by count given."""
-    letters = [a.kind.letter for a in record.arguments.positional]
-    return {n: "".join(letters[:n]).encode() for n in range(len(letters) + 1)}
 
 
 def _version_bump_kernel(record: OpRecord) -> Callable[..., Any]:

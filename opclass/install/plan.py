@@ -19,7 +19,8 @@ from opclass.core.types import FAST_DEVICES, guard_text
 from opclass.define.arguments import Argument, Arguments
 
 if TYPE_CHECKING:
-    from opclass.install.record import Kernel, OpRecord
+    from opclass.install.record import OpRecord
+    from opclass.install.table import Kernel
 
 __all__ = ["CallPlan", "Registration", "build_plan", "has_guard"]
 
@@ -63,8 +64,6 @@ class CallPlan:
     off: str | None
     #: Devices left to the dispatcher, and why.
     notes: tuple[str, ...] = ()
-    #: The record's gate: while its first item is non-zero, plain calls take the dispatcher.
-    gate: list[int] | None = None
 
     def __str__(self) -> str:
         if self.off is not None:
@@ -79,15 +78,12 @@ def build_plan(record: OpRecord, registrations: list[Registration], replaced: Co
     """The plan for ``record``, from the hooks' registrations (opclass's core ones are understood);
     ``replaced``: the keys where the install that this one replaces in place has kernels (still
     in the dispatcher while this one plans; not another Library's)."""
-    spec = record.spec
-    last: dict[str, Registration] = {}
-    for r in registrations:
-        if r.op_name == spec.overload_name():
-            last[r.key] = r
+    spec, name = record.spec, record.spec.overload_name()
+    last = {r.key: r for r in registrations if r.op_name == name}
     for key, enum in _REACHABLE_KEYS.items():
         # A kernel some other Library put there (torch.library.register_autocast without lib=...).
         if key not in last and key not in replaced and torch._C._dispatch_has_kernel_for_dispatch_key(spec.qualname, enum):
-            last[key] = Registration(spec.overload_name(), key, _outside, "")
+            last[key] = Registration(name, key, _outside, "")
     autocast = tuple(_AUTOCAST[k] for k in last if k in _AUTOCAST)
     foreign = [r for k, r in last.items() if k in _REACHABLE and k not in _AUTOCAST and k not in (*FAST_DEVICES.values(), _DEFAULT) and r.hook is not None]
     kernels: dict[str, Kernel] = {}
@@ -105,7 +101,7 @@ def build_plan(record: OpRecord, registrations: list[Registration], replaced: Co
     # An extended op without a formula gets no Autograd kernel of ours: grad is the dispatcher's.
     own_autograd = not spec.existing or record.differentiable
     grad = "eager" if record.differentiates_kernel is not None else "dispatcher" if spec.mutated or spec.is_out or not own_autograd else "function"
-    return CallPlan(kernels if not foreign else {}, autocast, grad, off, tuple(notes), record.gate)
+    return CallPlan(kernels if not foreign else {}, autocast, grad, off, tuple(notes))
 
 
 def _outside(*args: Any, **kwargs: Any) -> Any:
@@ -129,15 +125,10 @@ def _why_off(record: OpRecord, foreign: list[Registration], kernels: Mapping[str
     for a in record.arguments:
         if not has_guard(a):
             return f"argument {a.name!r} of type {a.jit} has no cheap guard"
-    if not any(a.holds_tensor or a.jit == "Device" for a in record.arguments):
+    if not any(a.holds_tensor or a.is_device for a in record.arguments):
         return "no Tensor or Device argument picks the device"
-    for kernel in kernels.values():
-        mismatch = _default_mismatch(kernel, record.arguments)
-        if mismatch is not None:
-            return mismatch
-    if any(a.name.startswith("_") for a in record.arguments):
-        return "an argument name starts with '_', like the generated call's own names"
-    return None
+    mismatch = next(filter(None, (_default_mismatch(kernel, record.arguments) for kernel in kernels.values())), None)
+    return mismatch or ("an argument name starts with '_', like the generated call's own names" if record.arguments.underscored else None)
 
 
 def _default_mismatch(kernel: Kernel, table: Arguments) -> str | None:

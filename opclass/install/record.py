@@ -21,31 +21,13 @@ from torch.fx.node import _side_effectful_functions
 from opclass.core.compat import unregister_config
 from opclass.define.spec import OpSpec
 from opclass.install.outputs import Contract
+from opclass.install.table import Kernel, KernelTable
 
 if TYPE_CHECKING:
     from opclass.install.functions import Formula, Functions
     from opclass.install.plan import CallPlan
 
-__all__ = ["Kernel", "OpRecord", "LOCK", "lookup", "live_records", "set_live", "take_live", "destroy", "undo_hooks"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Kernel:
-    """One backend kernel of an op: :meth:`OpRecord.kernel_for` answers with it.
-
-    ``user`` is the user's function (the fast path calls it and finishes its output inline),
-    ``checked`` what the dispatcher calls (the output contract included), ``hook`` the hook that
-    defined it (``"cpu"``, ``"default"``) and ``where`` how errors name it (``"ns::op (Cls.cpu)"``).
-    Where ``user`` chooses among functions per call (providers), ``inline`` lists them in its
-    order, ``(predicate or None, function, where)``, up to the first without a predicate: the
-    fast path may make the same choice inline instead of calling ``user``.
-    """
-
-    hook: str
-    user: Callable[..., Any]
-    checked: Callable[..., Any]
-    where: str
-    inline: tuple[tuple[Callable[..., Any] | None, Callable[..., Any], str], ...] = ()
+__all__ = ["OpRecord", "LOCK", "lookup", "live_records", "set_live", "take_live", "destroy", "undo_hooks"]
 
 
 class OpRecord(OpSpec):
@@ -78,8 +60,8 @@ class OpRecord(OpSpec):
         self.op: torch._ops.OpOverload | None = None
         #: What every kernel's result must be and becomes (:mod:`opclass.install.outputs`).
         self.outputs = Contract(spec.schema, spec.tags, spec.mutated_names)
-        #: Backend kernels by device type, as kernel hooks install them; the key ``None`` serves every device.
-        self.kernels: dict[str | None, Kernel] = {}
+        #: Every backend kernel of the op, and the choice among them (hooks add to it).
+        self.table = KernelTable(self)
         #: The fake kernel for FakeTensor tracing, or ``None`` until one is registered.
         self.fake: Callable[..., Any] | None = None
         #: How errors name the hook whose function is the fake kernel (``None``: one opclass generated).
@@ -105,17 +87,15 @@ class OpRecord(OpSpec):
         #: True while this install is the op's current one (False once replaced or removed).
         self.live = False
         #: Weak reference to the class that defined the op (``None`` until one is set, or once it is gone).
-        self.owner: Callable[[], Any] = _nobody
+        self.owner: Callable[[], Any] = lambda: None
         #: Hooks' ``uninstall`` calls, run (newest first) when the op is removed or replaced.
         self.cleanups: list[Callable[[], None]] = []
-        #: While ``gate[0]`` is non-zero, plain calls take the dispatcher, whose kernels read what
-        #: a hook keeps per thread (``None``: no such state).
-        self.gate: list[int] | None = None
         #: What hooks add to ``repr(record)``: a function each, giving a part.
         self.shown: list[Callable[[], str]] = []
 
     def __repr__(self) -> str:
-        return f"<OpRecord {self.qualname}{self.schema_str}; {self.plan or 'not installed'}{''.join('; ' + part() for part in self.shown)}>"
+        parts = [part() for part in self.shown] + ([self.table.shown()] if self.table.has_providers else [])
+        return f"<OpRecord {self.qualname}{self.schema_str}; {self.plan or 'not installed'}{''.join('; ' + part for part in parts)}>"
 
     @property
     def autograd_function(self) -> type[torch.autograd.Function]:
@@ -129,13 +109,14 @@ class OpRecord(OpSpec):
         """The op has an autograd formula of its own (a ``backward``)."""
         return self.formula is not None and self.formula.backward is not None
 
+    @property
+    def kernels(self) -> dict[str | None, Kernel]:
+        """What a plain call runs, by device type (``None``: every device type without its own)."""
+        return self.table.kernels
+
     def kernel_for(self, device_type: str) -> Kernel | None:
         """The kernel that serves ``device_type`` (its own hook, else the one for every device), or ``None``."""
         return self.kernels.get(device_type) or self.kernels.get(None)
-
-
-def _nobody() -> None:
-    return None
 
 
 _LIVE: dict[str, OpRecord] = {}

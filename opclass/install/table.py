@@ -1,0 +1,344 @@
+"""The kernel table of one install: every backend kernel of the op (a device hook's, ``default``,
+each provider, a kernel added from outside) is an :class:`Entry` with its device types,
+predicate, availability, flags and tolerances. Hooks add entries (and wrappers); the install
+registers each dispatch slot once, from the table; and :class:`Choice`, compiled once per
+(slot, order, mode), says which entry runs a call, for every route: the dispatcher's kernel,
+the generated call and the C entry (which inline :attr:`Choice.tried`), ``explain_providers``,
+``check_op``, ``tune_providers`` and debug mode. Predicates run in :meth:`Choice.pick` (and in
+the fast paths' inline copy of it), at most once per call.
+
+For a device type, the candidates are, in the order in force (:mod:`opclass.install.orders`),
+the providers that run there (by default in declaration order, then the op's own kernel for
+the device, then its ``default``), those available and, under a mode, flagged for it; the first
+whose predicate accepts the arguments runs. A provider that raises raises: the next one is no
+fallback for a broken kernel.
+
+Example:
+    >>> import torch, opclass
+    >>> class DocsTable(opclass.CustomOp, name="docs_table::neg"):
+    ...     @staticmethod
+    ...     def default(x: torch.Tensor) -> torch.Tensor:
+    ...         return -x
+    >>> [(e.name, e.options.devices) for e in DocsTable.record.table.entries]
+    [('default', None)]
+    >>> opclass.remove(DocsTable)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn, Sequence
+
+import torch
+from torch import _C
+
+from opclass.core.shield import shield
+from opclass.errors import did_you_mean, first_line
+from opclass.install import orders
+from opclass.install.outputs import output_is_fresh
+
+if TYPE_CHECKING:
+    from opclass.install.record import OpRecord
+
+__all__ = ["Options", "Entry", "Kernel", "Choice", "KernelTable", "options_of", "MARK", "describe_call", "slot_key"]
+
+#: The attribute ``opclass.provider`` sets on a function: its :class:`Options`.
+MARK = "__opclass_provider__"
+_COMPOSITE = "CompositeExplicitAutograd"
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """What a kernel declares beside its function (``opclass.provider``'s arguments)."""
+
+    devices: tuple[str, ...] | None
+    supports: Callable[..., bool] | None = None
+    available: Callable[[], bool] | None = None
+    batch_invariant: bool = False
+    deterministic: bool = False
+    atol: float | None = None
+    rtol: float | None = None
+
+    def flags(self) -> frozenset[str]:
+        return frozenset(f for f in orders.FLAGS if getattr(self, f))
+
+    def tolerances(self) -> tuple[float | None, float | None]:
+        """``(atol, rtol)`` for ``torch.testing.assert_close``: both ``None`` (its defaults), or both set."""
+        return (None, None) if self.atol is None and self.rtol is None else (self.atol or 0.0, self.rtol or 0.0)
+
+
+def options_of(fn: Any) -> Options | None:
+    """The options ``opclass.provider`` marked ``fn`` with, if any."""
+    return getattr(fn, MARK, None)
+
+
+@dataclasses.dataclass(eq=False)
+class Entry:
+    """One kernel of the op. ``fn`` is what the fast paths call, ``checked`` what the dispatcher
+    calls (``fn`` held to the output contract), ``raw`` the user's function (what torch.compile
+    traces into), ``own`` marks the op's own device or ``default`` kernel (else a provider)."""
+
+    name: str
+    fn: Callable[..., Any]
+    where: str
+    options: Options
+    own: bool
+    raw: Callable[..., Any]
+    #: The hook that added it (whose installer was running).
+    hook: str
+    checked: Callable[..., Any] = dataclasses.field(default=lambda *a, **k: None)
+    _available: tuple[bool, str] | None = None
+
+    def available(self) -> tuple[bool, str]:
+        """``(available, why not)``, asked once."""
+        if self._available is None:
+            check = self.options.available
+            try:
+                self._available = (True, "") if check is None or check() else (False, "available() returned False")
+            except Exception as e:  # noqa: BLE001 - an availability check that raises says "no"
+                self._available = (False, f"available() raised {first_line(e)}")
+        return self._available
+
+    def runs_on(self, device: str | None) -> bool:
+        return self.options.devices is None or device in self.options.devices
+
+    @property
+    def runs_where(self) -> str:
+        """``cpu, cuda``, or ``any device``: how explanations name where it runs."""
+        return ", ".join(self.options.devices) if self.options.devices else "any device"
+
+    def excluded(self, slot: str | None, mode: frozenset[str]) -> str | None:
+        """Why this entry, in the order in force, is no candidate on ``slot`` under ``mode`` (``None``: it is)."""
+        if not self.runs_on(slot):
+            return f"runs on {', '.join(self.options.devices or ())}"
+        if not self.available()[0]:
+            return f"not available: {self.available()[1]}"
+        missing = mode - self.options.flags()
+        return f"not {' and '.join(sorted(missing))}" if missing else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+    """What a plain call on one slot runs (:meth:`OpRecord.kernel_for` answers with it): ``user``
+    for the fast path (which finishes the output inline), ``checked`` for the dispatcher, named
+    after ``hook`` (``"cpu"``, ``"default"``, ``"providers"``) and ``where``. ``choice``, where the
+    op has providers: the :class:`Choice` under the process-wide state (``user`` is then its first
+    candidate where that takes every call, else :meth:`Choice.fast`)."""
+
+    hook: str
+    user: Callable[..., Any]
+    checked: Callable[..., Any]
+    where: str
+    choice: Choice | None = None
+
+
+class Choice:
+    """Which entry runs a call on one slot (``None``: every device type without a kernel of its
+    own) under one state: the candidates in order, each other entry with why it is none."""
+
+    def __init__(self, table: KernelTable, slot: str | None, state: orders.State) -> None:
+        self.table = table
+        ranked = table.ranked(state)
+        #: Every entry, the candidates in order first, with why it is no candidate (``None``: it is).
+        self.reasons: list[tuple[Entry, str | None]] = [(e, e.excluded(slot, state.mode)) for e in ranked]
+        self.reasons += [(e, "not in the order in force") for e in table.entries if e not in ranked]
+        candidates = [e for e, why in self.reasons if why is None]
+        upto = next((i + 1 for i, e in enumerate(candidates) if e.options.supports is None), len(candidates))
+        #: What a call may run, in order: up to the first candidate without a predicate.
+        self.tried: tuple[Entry, ...] = tuple(candidates[:upto])
+        self._complete = table.record.arguments.complete
+
+    def pick(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Entry | None:
+        """The entry that runs ``op(*args, **kwargs)`` (``None``: none takes it); each predicate
+        runs at most once, with the op's arguments (defaults filled in)."""
+        full = None
+        for e in self.tried:
+            supports = e.options.supports
+            if supports is None:
+                return e
+            full = full or self._complete(args, kwargs)
+            if supports(*full[0], **full[1]):
+                return e
+        return None
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """The dispatcher's kernel: the chosen entry, checked by the output contract."""
+        e = self.pick(args, kwargs)
+        if e is None:
+            self.refuse(*args, **kwargs)
+        if _PROFILING():
+            with torch.profiler.record_function(f"{self.table.qualname} [{e.name}]"):
+                return e.checked(*args, **kwargs)
+        return e.checked(*args, **kwargs)
+
+    def fast(self, *args: Any, **kwargs: Any) -> Any:
+        """The fast paths' call (every argument passed): the chosen entry, its output finished as
+        the contract says, naming it."""
+        e = self.pick(args, kwargs)
+        if e is None:
+            self.refuse(*args, **kwargs)
+        out, outputs = e.fn(*args, **kwargs), self.table.record.outputs
+        return out if outputs.single and _FRESH(out) else outputs.finish(e.where, args, kwargs, out)
+
+    def refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Raise the error of a call no entry takes (every route raises this one)."""
+        reasons = "; ".join(f"{e.name}: {why or 'supports() returned False'}" for e, why in self.reasons)
+        record = self.table.record
+        raise RuntimeError(
+            f"{record.qualname}: no provider runs this call ({describe_call(record, args, kwargs)}): {reasons}. "
+            f"Add a provider that accepts it, or let one that does run (opclass.use_providers / set_provider_order / {orders.ENV})"
+        )
+
+    def explain(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tuple[Entry, str | None]]:
+        """Each entry with why it does not run this call (``None``: it runs), in order."""
+        chosen = self.pick(args, kwargs)
+        declined = self.tried if chosen is None else self.tried[: self.tried.index(chosen)]
+        why_not = {e: "supports() returned False" if e in declined else "an earlier provider runs" for e, why in self.reasons if why is None}
+        return [(e, None if e is chosen else why_not.get(e, why)) for e, why in self.reasons]
+
+
+_PROFILING = _C._autograd._profiler_enabled
+_FRESH = output_is_fresh()
+
+
+class KernelTable:
+    """The kernels of one install (see the module docstring). Hooks add entries and wrappers
+    while the op installs; :meth:`register` then registers each slot once."""
+
+    def __init__(self, record: OpRecord) -> None:
+        self.record, self.qualname = record, record.qualname
+        self.entries: list[Entry] = []
+        #: Made once the table is registered: slot -> what a plain call there runs.
+        self.kernels: dict[str | None, Kernel] = {}
+        self._wrappers: list[Callable[[Entry], Callable[..., Any] | None]] = []
+        self._static: dict[str | None, Choice] = {}
+        self._memo: dict[tuple[str | None, tuple[str, ...] | None, frozenset[str]], Choice] = {}
+
+    def add(self, name: str, fn: Callable[..., Any], options: Options, *, own: bool, raw: Callable[..., Any] | None = None) -> None:
+        """Add a kernel: the op's own (``own``: a device hook's or ``default``), else a provider."""
+        self.entries.append(Entry(name, fn, self.record.where(name), options, own, fn if raw is None else raw, self.record.lib.installing))
+
+    def wrap(self, wrapper: Callable[[Entry], Callable[..., Any] | None]) -> None:
+        """Have every entry's ``fn`` replaced by ``wrapper(entry)`` where that is not ``None``
+        (applied at :meth:`register`, whatever the order hooks install in)."""
+        self._wrappers.append(wrapper)
+
+    def own(self) -> dict[str | None, Entry]:
+        """The op's own kernels by slot (``None``: its ``default``)."""
+        return {e.options.devices[0] if e.options.devices else None: e for e in self.entries if e.own}
+
+    def own_where(self, device: str) -> str | None:
+        """How errors name the op's own kernel for ``device`` (else its ``default``), if any."""
+        found = self.own().get(device) or self.own().get(None)
+        return found.where if found is not None else None
+
+    @property
+    def has_providers(self) -> bool:
+        return any(not e.own for e in self.entries)
+
+    @property
+    def _chooser(self) -> str:
+        """How the kernel that chooses is named: after the hook that added the providers."""
+        return next(e.hook for e in self.entries if not e.own)
+
+    def register(self) -> None:
+        """Register each slot's kernel once: an entry's own where the op has no providers, else the
+        slot's chooser."""
+        # The providers first (declaration order), then each device's own kernel, then default.
+        self.entries.sort(key=lambda e: (e.own, e.own and e.options.devices is None))
+        for e in self.entries:
+            for wrapper in self._wrappers:
+                e.fn = wrapper(e) or e.fn
+            e.fn = shield(e.fn) if e.own else e.fn  # the fast path calls it with no wrapper around it
+            e.checked = self.record.outputs.checked(e.where, e.fn)
+        lib, name = self.record.lib, self.record.overload_name()
+        self.refresh()
+        if not self.has_providers:
+            self.kernels.update((slot, Kernel(e.name, e.fn, e.checked, e.where)) for slot, e in self.own().items())
+        for slot, kernel in self.kernels.items():
+            lib.installing = self._chooser if self.has_providers else kernel.hook
+            lib.impl(name, kernel.checked, slot_key(slot))
+
+    def choice(self, slot: str | None, state: orders.State) -> Choice:
+        """The choice for ``slot`` under ``state``, compiled once per (slot, order, mode)."""
+        key = (slot, state.orders.get(self.qualname), state.mode)
+        found = self._memo.get(key)
+        if found is None:
+            if len(self._memo) > 64:
+                self._memo.clear()
+            found = self._memo[key] = Choice(self, slot, state)
+        return found
+
+    def now(self, slot: str | None) -> Choice:
+        """The choice for a call in this context."""
+        block = orders.BLOCK.get()
+        if block is None or not block.concerns(self.qualname):
+            return self._static[slot]
+        return self.choice(slot, block.state)
+
+    def refresh(self) -> None:
+        """The choice under the process-wide state, per slot (after a change of it): a slot per
+        device type an entry names, and ``None`` where one runs on every device."""
+        if not self.has_providers:
+            return
+        devices = sorted({d for e in self.entries for d in e.options.devices or ()})
+        slots = [*devices, *([None] if any(e.options.devices is None for e in self.entries) else [])]
+        state = orders.global_state()
+        self._static = {slot: self.choice(slot, state) for slot in slots}
+        for slot, choice in self._static.items():
+            checked = self.kernels[slot].checked if slot in self.kernels else self._dispatch_kernel(slot)
+            first = choice.tried[0] if choice.tried and choice.tried[0].options.supports is None else None
+            hook, user, where = (first.name, first.fn, first.where) if first else (self._chooser, choice.fast, self.record.where(self._chooser))
+            self.kernels[slot] = Kernel(hook, user, checked, where, choice)
+
+    def _dispatch_kernel(self, slot: str | None) -> Callable[..., Any]:
+        """The kernel the dispatcher calls at the slot's key: the choice in the calling context."""
+        now = self.now
+
+        def choose(*args: Any, **kwargs: Any) -> Any:
+            return now(slot).run(*args, **kwargs)
+
+        return choose
+
+    def ranked(self, state: orders.State) -> list[Entry]:
+        """The entries in ``state``'s order for the op (its declaration's where it gives none)."""
+        order = state.orders.get(self.qualname)
+        return self.entries if order is None else [e for n in order for e in self.entries if e.name == n]
+
+    def check_order(self, names: Sequence[str], source: str) -> tuple[str, ...]:
+        """``names``, as a tuple, where they are all this op's providers, else a ``ValueError`` says which is not."""
+        known = [e.name for e in self.entries]
+        for name in names:
+            if name not in known:
+                guess = did_you_mean(name, known)
+                raise ValueError(f"{source} names provider {name!r} for {self.qualname}, which has {', '.join(known)}" + (f": did you mean {guess!r}?" if guess else ""))
+        return tuple(names)
+
+    def shown(self) -> str:
+        """``providers: a (cpu; supports()), b (any device)``: the order in force, for ``repr(record)``."""
+        parts = []
+        for e in self.ranked(orders.global_state()):
+            marks = {"unavailable": not e.available()[0], "supports()": e.options.supports is not None}
+            notes = [e.runs_where, *sorted(e.options.flags()), *(mark for mark, on in marks.items() if on)]
+            parts.append(f"{e.name} ({'; '.join(notes)})")
+        return "providers: " + ", ".join(parts)
+
+
+def slot_key(slot: str | None) -> str:
+    """The dispatch key of a slot (``None``: every device type)."""
+    return _COMPOSITE if slot is None else _C._dispatch_key_for_device(slot)
+
+
+def describe_call(record: OpRecord, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    """``x: Tensor(float16, [4, 64], cuda:0), eps: 1e-06``: a call's arguments (defaults filled
+    in, so every route says the same), metadata only."""
+
+    def show(v: Any) -> str:
+        if isinstance(v, torch.Tensor):
+            return f"Tensor({str(v.dtype).removeprefix('torch.')}, {list(v.shape)}, {v.device}{'' if v.is_contiguous() else ', not contiguous'})"
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(show(e) for e in v) + "]"
+        return repr(v)
+
+    values = record.arguments.values(*record.arguments.complete(args, kwargs))
+    return ", ".join(f"{a.name}: {show(v)}" for a, v in zip(record.arguments, values))
