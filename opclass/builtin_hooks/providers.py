@@ -157,7 +157,7 @@ def _check(members: Mapping[str, Any], ctx: HookContext) -> None:
     if "composite" in ctx.defined or "autograd" in ctx.defined:
         ctx.fail("an op whose body is a composite or autograd kernel has no device kernel to choose", "drop the providers, or write the body as default")
     names = [*members, *(h for h in ctx.defined if ctx.hooks[h].backend and h != HOOK)]
-    source = orders.ENV if orders.env_names(ctx.qualname) else "opclass.set_provider_order"
+    source = orders.ENV if ctx.qualname in orders.ENV_STATE.orders else "opclass.set_provider_order"
     for name in orders.global_state().orders.get(ctx.qualname, ()):
         if name not in names:
             guess = did_you_mean(name, names)

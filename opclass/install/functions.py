@@ -127,17 +127,24 @@ def _formulas(record: OpRecord) -> tuple[type[torch.autograd.Function], Callable
     where = formula.where or f"{qualname} ({cls_name})"
     setup_where = formula.setup_where or where
 
+    def setup_failed(e: Exception) -> None:
+        """A torch error raised in setup_context names the op and the hook."""
+        if not raised_by_torch(e):
+            raise e
+        reraise(e, setup_where)
+
     def run_setup(ctx: Any, inputs: tuple[Any, ...], kw_names: tuple[str, ...], kw_values: tuple[Any, ...], out: Any) -> None:
-        """The user's setup_context (never None here); a torch error raised in it names the op and the hook."""
+        """The user's setup_context (never None here), as the generic Function runs it."""
         try:
             if setup_kw:
                 user_setup(ctx, inputs, {**kw_defaults, **dict(zip(kw_names, kw_values))}, out)  # type: ignore[misc]
             else:
                 user_setup(ctx, inputs, out)  # type: ignore[misc]
         except Exception as e:
-            if not raised_by_torch(e):
-                raise
-            reraise(e, setup_where)
+            setup_failed(e)
+        check_saved(ctx)
+
+    def check_saved(ctx: Any) -> None:
         # torch checks what save_for_backward got only after setup_context returns, naming neither.
         for i, t in enumerate(getattr(ctx, "to_save", None) or ()):
             if t is not None and not isinstance(t, torch.Tensor):
@@ -273,8 +280,13 @@ def _formulas(record: OpRecord) -> tuple[type[torch.autograd.Function], Callable
                 out = finish(k_where, args, {}, out)
             if remembers:
                 remember(ctx, args)
-            if user_setup is not None:
-                run_setup(ctx, args, (), (), out)
+            if user_setup is not None:  # inline: no frame and no keyword dict per call beyond the user's own
+                try:
+                    user_setup(ctx, args, {}, out) if setup_kw else user_setup(ctx, args, out)
+                except Exception as e:
+                    setup_failed(e)
+                if getattr(ctx, "to_save", None):
+                    check_saved(ctx)
             return out
 
         def fast_backward(ctx: Any, *grads: Any) -> Any:

@@ -1,11 +1,7 @@
-"""The provider orders and modes in force: the deployment's (read at import), those set in code,
-and those of the ``opclass.use_providers`` blocks open in the calling context. This module holds
-that state and is its only writer; :mod:`opclass.install.table` compiles each op's choice
-from it.
-
-A block lives in a :class:`contextvars.ContextVar`: it affects the calls made in its own context
-(its thread, or its asyncio task) and nothing else, and the ops it does not concern keep their
-fast path even there.
+"""The provider orders and modes in force, and their only writer: the deployment's (read at
+import), those set in code, and those of the ``opclass.use_providers`` blocks open in the calling
+context (a :class:`contextvars.ContextVar`: its thread, or its asyncio task, and nothing else).
+:mod:`opclass.install.table` compiles each op's choice from them.
 
 Example:
     >>> from opclass.install import orders
@@ -21,7 +17,7 @@ import dataclasses
 import os
 from typing import Any, Iterator, Mapping
 
-__all__ = ["ENV", "MODE_ENV", "FLAGS", "State", "Block", "BLOCK", "global_state", "current", "set_order", "set_mode", "block", "env_names", "version"]
+__all__ = ["ENV", "MODE_ENV", "FLAGS", "State", "Block", "BLOCK", "global_state", "current", "set_order", "set_mode", "block", "ENV_STATE", "version"]
 
 ENV, MODE_ENV = "OPCLASS_PROVIDERS", "OPCLASS_PROVIDER_MODE"
 FLAGS = ("batch_invariant", "deterministic")
@@ -52,11 +48,12 @@ def _parse_env() -> tuple[dict[str, tuple[str, ...]], frozenset[str]]:
     return orders, mode
 
 
-_ENV = State(*_parse_env())
+#: The deployment's orders and mode, as the variables said at import.
+ENV_STATE = State(*_parse_env())
 _code = State()
 #: The process-wide state (the environment's over the code's), replaced whole on each change, and
 #: a count of the changes (a block's merged state is recomputed when it moved).
-_global = _ENV.over(_code)
+_global = ENV_STATE.over(_code)
 _version = 0
 
 
@@ -70,14 +67,9 @@ def version() -> int:
     return _version
 
 
-def env_names(qualname: str) -> bool:
-    """The deployment's variable gives ``qualname`` an order."""
-    return qualname in _ENV.orders
-
-
 def _set(state: State) -> None:
     global _code, _global, _version
-    _code, _global, _version = state, _ENV.over(state), _version + 1
+    _code, _global, _version = state, ENV_STATE.over(state), _version + 1
 
 
 def set_order(qualname: str, names: tuple[str, ...] | None) -> None:

@@ -1,17 +1,12 @@
 """The kernel table of one install: every backend kernel of the op (a device hook's, ``default``,
-each provider, a kernel added from outside) is an :class:`Entry` with its device types,
-predicate, availability, flags and tolerances. Hooks add entries (and wrappers); the install
-registers each dispatch slot once, from the table; and :class:`Choice`, compiled once per
-(slot, order, mode), says which entry runs a call, for every route: the dispatcher's kernel,
-the generated call and the C entry (which inline :attr:`Choice.tried`), ``explain_providers``,
-``check_op``, ``tune_providers`` and debug mode. Predicates run in :meth:`Choice.pick` (and in
-the fast paths' inline copy of it), at most once per call.
-
-For a device type, the candidates are, in the order in force (:mod:`opclass.install.orders`),
-the providers that run there (by default in declaration order, then the op's own kernel for
-the device, then its ``default``), those available and, under a mode, flagged for it; the first
-whose predicate accepts the arguments runs. A provider that raises raises: the next one is no
-fallback for a broken kernel.
+each provider, one added from outside) is an :class:`Entry` with its device types, predicate,
+availability, flags and tolerances. Hooks add entries (and wrappers); the install registers each
+dispatch slot once, from the table. :class:`Choice`, compiled once per (slot, order, mode), says
+which entry runs a call, on every route (docs/design.md, "The kernel table and the choice"): of
+the entries in the order in force (:mod:`opclass.install.orders`; by default the providers, then
+the device's own kernel, then ``default``), available and flagged for the mode, the first whose
+predicate accepts the call; predicates run at most once per call. A provider that raises
+raises: the next one is no fallback for a broken kernel.
 
 Example:
     >>> import torch, opclass
