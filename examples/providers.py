@@ -102,8 +102,12 @@ def _build(kind: str) -> Any:
 
 def _cpp_available() -> bool:
     # Cheap, as an availability check must be (it runs when the class is defined): a compiler and
-    # ninja to build with. The build itself happens on the first call, once.
-    return shutil.which(os.environ.get("CXX", "c++")) is not None and importlib.util.find_spec("ninja") is not None
+    # ninja to build with. The build itself happens on the first call, once. ImportError says
+    # what is missing (explain_providers shows it); False would say only "not available".
+    for missing, found in ((os.environ.get("CXX", "c++"), shutil.which(os.environ.get("CXX", "c++"))), ("ninja", importlib.util.find_spec("ninja"))):
+        if found is None:
+            raise ImportError(f"{missing} is not installed: the C++ provider builds with a C++ compiler and ninja")
+    return True
 
 
 def _cuda_ext_available() -> bool:

@@ -19,9 +19,11 @@ import torch
 from torch import Tensor
 from torch.utils._pytree import tree_map_only
 
+from opclass.core.types import inner
+from opclass.define.arguments import Argument
 from opclass.install.record import OpRecord
 
-__all__ = ["Sample", "record_of", "to_sample", "samples_of", "label", "copy_inputs"]
+__all__ = ["Sample", "record_of", "to_sample", "samples_of", "label", "as_dispatched", "copy_inputs"]
 
 
 @dataclasses.dataclass(frozen=True, init=False)
@@ -102,6 +104,24 @@ def label(sample: Sample, index: int | None) -> str:
     return f"sample {index}" + (f" ({sample.name!r})" if sample.name else "")
 
 
+def as_dispatched(record: OpRecord, sample: Sample, index: int | None) -> Sample:
+    """``sample`` as the dispatcher hands it to a kernel (the checks call kernels, predicates and the
+    reference directly): bound by name, positional arguments by position and defaults filled in, a
+    tuple for a list as a list, an int for a float as a float. ``TypeError`` where it does not bind."""
+    try:
+        bound = record.signature.bind(*sample.args, **sample.kwargs)
+    except TypeError as e:
+        raise TypeError(f"{record.qualname}, {label(sample, index)}: {e}; the op takes {record.arguments.parameters()}") from None
+
+    def scalar(a: Argument, v: Any) -> Any:
+        return float(v) if type(v) in (int, bool) and inner(a.jit)[0] == "float" else v
+
+    values = record.arguments.values(*record.arguments.complete(bound.args, bound.kwargs))
+    values = [[scalar(a, e) for e in v] if a.is_list and isinstance(v, (list, tuple)) else scalar(a, v) for a, v in zip(record.arguments, values)]
+    n = len(record.arguments.positional)
+    return Sample(values[:n], dict(zip(record.arguments.names[n:], values[n:])), sample.name)
+
+
 def _clone(t: Tensor) -> Tensor:
     """An independent copy of ``t``: same values, dtype, device, strides, requires_grad and class."""
     plain = type(t) in (Tensor, torch.nn.Parameter) and t.layout is torch.strided and t.device.type != "meta"
@@ -109,8 +129,9 @@ def _clone(t: Tensor) -> Tensor:
         try:
             # empty_strided keeps every stride; a clone keeps a Tensor subclass's class.
             copy = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device).copy_(t.detach()) if plain else t.detach().clone()
-        except RuntimeError:  # overlapping (expanded) Tensors, quantized dtypes: a plain clone
-            copy = t.detach().clone()
+        except RuntimeError:  # overlapping (expanded) Tensors: a copy of the storage they span, viewed alike
+            span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+            copy = t.detach().as_strided((span,), (1,)).clone().as_strided(t.size(), t.stride()) if plain and not t.is_quantized else t.detach().clone()
     if isinstance(t, torch.nn.Parameter):
         return torch.nn.Parameter(copy, requires_grad=t.requires_grad)
     return copy.requires_grad_(t.requires_grad)

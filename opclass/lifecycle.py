@@ -28,6 +28,7 @@ from typing import Any, Callable
 from opclass.callpath import classcall
 from opclass.core import memo, native
 from opclass.define.builder import OpBuilder
+from opclass.install import orders
 from opclass.install import record as records
 from opclass.install.installer import check_name, defined_outside, in_place, install
 from opclass.install.plan import build_plan
@@ -37,6 +38,7 @@ __all__ = ["define", "redefine", "refresh", "remove", "remove_namespace"]
 
 def define(cls: type, given: dict[str, Any], unknown: dict[str, Any]) -> None:
     """A class statement, top to bottom: collect -> validate -> spec -> install -> class call."""
+    orders.check_env()
     builder = OpBuilder(cls, given, unknown, outside=defined_outside)
     cls._opclass_given = given  # type: ignore[attr-defined]  # for redefine()
     with memo.one_definition():
@@ -73,6 +75,8 @@ def define(cls: type, given: dict[str, Any], unknown: dict[str, Any]) -> None:
     classcall.document(cls, spec)  # signature and docstring
     if old is not None:
         _warn_if_other_owner(old, cls)
+    for named in orders.near_misses(spec.qualname, lambda name: records.lookup(name) is not None):
+        warnings.warn(f"{orders.ENV} names {named}, which is no op (yet): did you mean {spec.qualname}, defined here?", UserWarning, stacklevel=_user_stacklevel())
 
 
 def _restore(old: records.OpRecord) -> None:
@@ -133,7 +137,13 @@ def remove(op: Any) -> None:
         raise TypeError(f"opclass.remove() takes a CustomOp class or a qualified name, not {op!r}")
     with records.LOCK:
         for record in records.take_live(qualname=qualname):
-            classcall.retire(record)
+            _retire(record)
+
+
+def _retire(record: records.OpRecord) -> None:
+    classcall.retire(record)
+    # An order set in code for it goes with it (it would refuse a later class of that name).
+    orders.set_order(record.qualname, None)
 
 
 def remove_namespace(namespace: str) -> None:
@@ -145,7 +155,7 @@ def remove_namespace(namespace: str) -> None:
     """
     with records.LOCK:
         for record in records.take_live(namespace=namespace):
-            classcall.retire(record)
+            _retire(record)
 
 
 def _switch_to_native(activate: Callable[[], None]) -> int:

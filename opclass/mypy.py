@@ -5,7 +5,8 @@ metaclass ``__call__`` (python/mypy#8595) and would see ``MyOp(x)`` as ``CustomO
 arguments, result ``Any``): the plugin gives every ``CustomOp`` subclass a ``__new__`` with the
 op's signature, taken where the runtime takes it (an annotated kernel, the class's own first,
 else ``schema=``, else the inherited one), kept in mypy's cache like any method. Calling an
-abstract op base (no kernel) is an error, as at runtime.
+abstract op base (no kernel) is an error, as at runtime, and so is an ``add_provider`` function
+that leaves out a parameter of the op or its default.
 
 Example:
     >>> from opclass.mypy import plugin
@@ -21,10 +22,12 @@ from typing import Any, Callable
 from mypy.errorcodes import ARG_TYPE, CALL_ARG
 from mypy.nodes import ARG_NAMED, ARG_NAMED_OPT, ARG_OPT, ARG_POS, Argument, BytesExpr, ComplexExpr, Decorator, EllipsisExpr, FloatExpr, IntExpr, NameExpr
 from mypy.nodes import StrExpr, TypeInfo, Var
-from mypy.plugin import ClassDefContext, FunctionSigContext, Plugin, SemanticAnalyzerPluginInterface
+from mypy.messages import pretty_callable
+from mypy.plugin import ClassDefContext, FunctionContext, FunctionSigContext, Plugin, SemanticAnalyzerPluginInterface
 from mypy.plugins.common import add_method_to_class
 from mypy.semanal_shared import has_placeholder
-from mypy.types import AnyType, CallableType, FunctionLike, NoneType, TupleType, Type, TypeOfAny, TypeType, UnionType
+from mypy.subtypes import is_subtype
+from mypy.types import AnyType, CallableType, FunctionLike, NoneType, TupleType, Type, TypeOfAny, TypeType, UnionType, get_proper_type
 from mypy.typevars import fill_typevars
 
 from opclass.core.names import CLASS_KEYWORDS, HOOK_KINDS
@@ -60,6 +63,9 @@ class OpclassPlugin(Plugin):
     def get_function_signature_hook(self, fullname: str) -> Callable[[FunctionSigContext], FunctionLike] | None:
         info = self._info(fullname)
         return _abstract_call if info is not None and (info.fullname == _CUSTOM_OP or info.metadata.get(_META, {}).get("abstract")) else None
+
+    def get_function_hook(self, fullname: str) -> Callable[[FunctionContext], Type] | None:
+        return _check_provider if fullname == "opclass.providers.add_provider" else None
 
     def _info(self, fullname: str) -> TypeInfo | None:
         sym = self.lookup_fully_qualified(fullname)
@@ -149,6 +155,22 @@ def _abstract_call(ctx: FunctionSigContext) -> FunctionLike:
     message = f'"{name}" is an abstract op base (it defines no kernel such as cpu, cuda or default); subclass it and define a kernel to make an op'
     ctx.api.fail(message, ctx.context)
     return ctx.default_signature
+
+
+def _check_provider(ctx: FunctionContext) -> Type:
+    """``add_provider(Op, name, fn)``: ``Callable[P, R]`` checks that the op takes what ``fn`` takes,
+    not the reverse, so ``fn`` could leave out a parameter of the op or its default, which the
+    runtime refuses. (Parameters ``fn`` takes positional-only may have other names, as at runtime.)"""
+    op, fn = (get_proper_type(t[0]) if t else None for t in (ctx.arg_types[0], ctx.arg_types[2]))
+    if isinstance(op, CallableType) and op.is_type_obj() and isinstance(fn, CallableType):
+        untyped = AnyType(TypeOfAny.special_form)
+        names = [None if k.is_positional() and fn.arg_names[i : i + 1] == [None] else n for i, (n, k) in enumerate(zip(op.arg_names, op.arg_kinds))]
+        want, got = (c.copy_modified(arg_types=[untyped] * len(c.arg_types), ret_type=untyped, fallback=fn.fallback) for c in (op.copy_modified(arg_names=names), fn))
+        if is_subtype(want, got) and not is_subtype(got, want):  # the other way round is mypy's own error
+            name, ops = next((a.value for a in ctx.args[1] if isinstance(a, StrExpr)), "fn"), pretty_callable(op.copy_modified(fallback=fn.fallback), ctx.api.options)
+            problem = f'Provider "{name}" for "{op.type_object().name}" takes "{pretty_callable(fn, ctx.api.options)}"'
+            ctx.api.fail(f'{problem}; a provider takes every parameter of the op, by name, with its default: "{ops}"', ctx.context, code=ARG_TYPE)
+    return ctx.default_return_type
 
 
 # ---------------------------------------------------------------------- schema= without annotations

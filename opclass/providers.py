@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import statistics
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+import sys
+import warnings
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from typing_extensions import ParamSpec, TypeVar
 
@@ -32,6 +34,7 @@ import torch
 from opclass import lifecycle
 from opclass._samples import samples_of
 from opclass.builtin_hooks import providers as hook
+from opclass.define.hookspec import ADDED_BY
 from opclass.install import orders as state
 from opclass.install import record as records
 from opclass.install.table import KernelTable, describe_call
@@ -39,10 +42,11 @@ from opclass.install.table import KernelTable, describe_call
 P = ParamSpec("P")
 R = TypeVar("R")
 
-__all__ = ["add_provider", "remove_provider", "set_provider_order", "set_provider_mode", "use_providers", "explain_providers", "tune_providers"]
+__all__ = ["add_provider", "remove_provider", "set_provider_order", "set_provider_mode", "use_providers", "explain_providers", "tune_providers", "providers_of", "provider_order", "ProviderInfo"]
 
 
 def _record(op: Any) -> records.OpRecord:
+    state.check_env()
     qualname = op if isinstance(op, str) else getattr(op, "qualname", None)
     record = records.lookup(qualname) if isinstance(qualname, str) else None
     if record is None:
@@ -51,10 +55,11 @@ def _record(op: Any) -> records.OpRecord:
 
 
 def _table(op: Any) -> KernelTable:
-    record = _record(op)
-    if not record.table.has_providers:
-        raise ValueError(f"{record.qualname} ({record.cls_name}) has no providers: declare some with @opclass.provider, or opclass.add_provider")
-    return record.table
+    with records.LOCK:  # a redefinition in another thread installs its table whole, under the lock
+        record = _record(op)
+        if not record.table.has_providers:
+            raise ValueError(f"{record.qualname} ({record.cls_name}) has no providers: declare some with @opclass.provider, or opclass.add_provider")
+        return record.table
 
 
 def add_provider(
@@ -75,7 +80,9 @@ def add_provider(
     :func:`opclass.provider`'s. The op's class is defined again with it: ``fn`` is checked
     against the op's signature as a kernel is (an ``OpDefinitionError`` leaves the op as it
     was), and it stays with the op's name, through later redefinitions of its class, until
-    :func:`remove_provider`. Type checkers check ``fn`` against the op's signature.
+    :func:`remove_provider`. ``fn`` may be any callable (a ``functools.partial``: its keywords are
+    its own; a bound method). Type checkers check ``fn`` against the op's signature (a dropped
+    parameter: mypy with the ``opclass.mypy`` plugin only).
 
     Example:
         >>> import torch, opclass
@@ -96,22 +103,43 @@ def add_provider(
     with records.LOCK:
         hook.add(record.qualname, name, marked)
         lifecycle.redefine(record, undo=lambda: hook.take(record.qualname, name))
+    # Whom a later redefinition it no longer fits names (its own mistakes are the caller's, above).
+    setattr(marked, ADDED_BY, sys._getframe(1).f_globals.get("__name__", "?"))
+    order = state.current().orders.get(record.qualname)
+    if order is not None and name not in order:
+        warnings.warn(f"opclass.add_provider: the order in force for {record.qualname} ({state.source(record.qualname)}: {', '.join(order)}) does not name {name!r}, so it will not run until an order names it", UserWarning, stacklevel=2)
 
 
 def remove_provider(op: Any, name: str) -> None:
     """Remove the provider ``name`` that :func:`add_provider` added to ``op`` (a provider declared in
     the class body goes with the class). Example: in :func:`add_provider`."""
     record = _record(op)
+    if state.source(record.qualname) == "opclass.use_providers" and name in state.current().orders[record.qualname]:
+        raise ValueError(f"opclass.remove_provider: a use_providers block open here names {name!r} for {record.qualname}: remove it after the block")
     with records.LOCK:
         fn = hook.take(record.qualname, name)
         lifecycle.redefine(record, undo=lambda: hook.add(record.qualname, name, fn))
+        # The order set in code keeps the others (an order naming a provider that is gone cannot apply).
+        order = state.global_state().orders.get(record.qualname)
+        if order is not None and name in order and record.qualname not in state.ENV_STATE.orders:
+            state.set_order(record.qualname, tuple(n for n in order if n != name) or None)
+            _refresh_all()
 
 
 def _refresh_all() -> None:
     with records.LOCK:
         for record in records.live_records():
-            if record.table.has_providers:
+            table = record.table
+            if table.has_providers:
+                before = {slot: k.choice and k.choice.tried for slot, k in table.kernels.items()}
                 lifecycle.refresh(record)
+                if table.traced and before != {slot: k.choice and k.choice.tried for slot, k in table.kernels.items()}:
+                    warnings.warn(
+                        f"{record.qualname} ({record.cls_name}) is traceable and was traced by torch.compile with the provider chosen then: "
+                        f"graphs compiled before this change keep running it. Call torch.compiler.reset() to compile them again",
+                        UserWarning,
+                        stacklevel=3,
+                    )
 
 
 def set_provider_order(op: Any, names: Sequence[str] | None) -> None:
@@ -127,13 +155,16 @@ def set_provider_order(op: Any, names: Sequence[str] | None) -> None:
         ...         return x * 2
         ...     fast = opclass.provider("cpu")(staticmethod(lambda x: x + x))
         >>> opclass.set_provider_order(DocsOrder, ["default"])
-        >>> "providers: default" in repr(DocsOrder.record)
+        >>> "providers: default (any device)" in repr(DocsOrder.record)
         True
         >>> opclass.set_provider_order(DocsOrder, None)
         >>> opclass.remove(DocsOrder)
     """
-    table = _table(op)
-    state.set_order(table.qualname, None if names is None else table.check_order(names, "opclass.set_provider_order"))
+    if names is None:  # whatever the op has now, and whether it is live
+        state.set_order(op if isinstance(op, str) else _record(op).qualname, None)
+    else:
+        table = _table(op)
+        state.set_order(table.qualname, table.check_order(names, "opclass.set_provider_order"))
     _refresh_all()
 
 
@@ -158,7 +189,7 @@ def use_providers(orders: Mapping[Any, Sequence[str]] | None = None, *, batch_in
     threads and tasks are unaffected, and so are the ops the block does not concern: their
     plain calls keep their fast path.
 
-    Example: in the module docstring.
+    Example: in the :mod:`opclass.providers` docstring.
     """
     found = {}
     for op, names in (orders or {}).items():
@@ -170,9 +201,12 @@ def use_providers(orders: Mapping[Any, Sequence[str]] | None = None, *, batch_in
 
 def explain_providers(op: Any, *args: Any, **kwargs: Any) -> str:
     """Which provider runs ``op(*args, **kwargs)`` in this thread, and why each other one does
-    not; with no arguments, the providers and their order. Example: in the module docstring."""
-    table = _table(op)
-    record = table.record
+    not; with no arguments, the providers and their order. Example: in the :mod:`opclass.providers`
+    docstring."""
+    record = _record(op)
+    table = record.table
+    if not table.has_providers:
+        return f"{record.qualname} has no providers: its own kernels run ({', '.join(f'{e.name} ({e.runs_where})' for e in table.entries)})"
     if not args and not kwargs:
         return "\n".join([f"{record.qualname}: providers in order", *(f"  {e.name} ({e.runs_where})" for e in table.ranked(state.current()))])
     device = record.arguments.device_of(args, kwargs)
@@ -201,8 +235,12 @@ def tune_providers(op: Any, samples: Iterable[Any] | None = None, *, min_run_tim
     """
     import torch.utils.benchmark as bench
 
-    table = _table(op)
-    record = table.record
+    record = _record(op)
+    table = record.table
+    if not table.has_providers:
+        if show:
+            print(explain_providers(op))
+        return []
     found = samples_of(record.owner(), None if samples is None else list(samples))
     times: dict[str, dict[int, float]] = {e.name: {} for e in table.entries}
     for i, sample in enumerate(found):
@@ -216,11 +254,68 @@ def tune_providers(op: Any, samples: Iterable[Any] | None = None, *, min_run_tim
                 times[e.name][i] = timer.blocked_autorange(min_run_time=min_run_time).median * 1e6
     base = times.get("default", {})
     speedup = {name: statistics.geometric_mean([base[i] / us for i, us in ts.items() if i in base] or [1.0]) for name, ts in times.items() if ts}
-    order = sorted(speedup, key=lambda name: -speedup[name])
+    # One that declined every sample still serves the arguments it takes: ahead of the first that
+    # takes every call (no sample's choice moves), not left out.
+    ranked = sorted(speedup, key=lambda name: -speedup[name])
+    cut = next((i for i, name in enumerate(ranked) if table.entry(name).options.supports is None), len(ranked))
+    order = ranked[:cut] + [name for name, ts in times.items() if not ts and table.entry(name).available()[0]] + ranked[cut:]
     if show:
         print(f"{record.qualname}: us per call (speed-up over default on the samples each takes)")
         print(f"  {'provider':<16}" + "".join(f"{s.name or str(i):>14}" for i, s in enumerate(found)) + f"{'speed-up':>10}")
         for name in order:
             cells = "".join(f"{times[name][i]:>14.2f}" if i in times[name] else f"{'declines':>14}" for i in range(len(found)))
-            print(f"  {name:<16}{cells}{speedup[name]:>9.2f}x")
+            print(f"  {name:<16}{cells}" + (f"{speedup[name]:>9.2f}x" if name in speedup else "  declines every sample"))
     return order
+
+
+class ProviderInfo(NamedTuple):
+    """One kernel of an op, as :func:`providers_of` lists it."""
+
+    name: str
+    #: The device types it runs on (``None``: every one).
+    devices: tuple[str, ...] | None
+    #: Its flags (``batch_invariant``, ``deterministic``).
+    flags: frozenset[str]
+    available: bool
+    #: Why it is not available here (``""`` where it is).
+    why_not: str
+    #: ``"class body"``, ``"opclass.add_provider from <module>"``, or ``"own kernel"`` (``default``, ``cpu``...).
+    origin: str
+    #: Whether the order in force in this context lets it run.
+    in_order: bool
+
+
+def providers_of(op: Any) -> list[ProviderInfo]:
+    """The kernels of ``op`` that calls choose among (providers, then its own), in the order in
+    force in this context first: values for logs, metrics and checks (:func:`explain_providers`
+    says the same as text). An op without providers lists its own kernels.
+
+    Example:
+        >>> import torch, opclass
+        >>> class DocsListed(opclass.CustomOp, name="docs_listed::neg"):
+        ...     @staticmethod
+        ...     def default(x: torch.Tensor) -> torch.Tensor:
+        ...         return -x
+        ...     fast = opclass.provider("cpu", deterministic=True)(staticmethod(lambda x: 0 - x))
+        >>> [(p.name, p.devices, sorted(p.flags), p.available, p.origin) for p in opclass.providers_of(DocsListed)]
+        [('fast', ('cpu',), ['deterministic'], True, 'class body'), ('default', None, [], True, 'own kernel')]
+        >>> opclass.provider_order(DocsListed)
+        ('fast', 'default')
+        >>> opclass.remove(DocsListed)
+    """
+    record = _record(op)
+    table, added = record.table, hook.added(record.qualname)
+    ranked = table.ranked(state.current()) if table.has_providers else table.entries
+    listed = []
+    for e in [*ranked, *(e for e in table.entries if e not in ranked)]:
+        origin = "own kernel" if e.own else f"opclass.add_provider from {getattr(added[e.name], ADDED_BY, '?')}" if e.name in added else "class body"
+        listed.append(ProviderInfo(e.name, e.options.devices, e.options.flags(), *e.available(), origin, e in ranked))
+    return listed
+
+
+def provider_order(op: Any) -> tuple[str, ...]:
+    """The order of ``op``'s providers in force in this context: a ``use_providers`` block's, else
+    ``OPCLASS_PROVIDERS``', else :func:`set_provider_order`'s, else the declaration's (providers,
+    then the op's own kernels). Example: in :func:`providers_of`."""
+    record = _record(op)
+    return state.current().orders.get(record.qualname) or tuple(e.name for e in record.table.entries)

@@ -17,12 +17,13 @@ from torch import Tensor
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_unflatten
 
 from opclass._harness import call_paths, diff, first_row_that_differs, observe, vmap_disagreement
-from opclass._samples import Sample, copy_inputs, label, record_of, samples_of, to_sample
+from opclass._samples import Sample, as_dispatched, copy_inputs, label, record_of, samples_of, to_sample
 from opclass.builtin_hooks import debug
 from opclass.errors import first_line
 from opclass.install import orders
 from opclass.install.fake import has_fake_kernel
 from opclass.install.record import OpRecord
+from opclass.install.table import Entry
 
 if TYPE_CHECKING:
     import pytest
@@ -107,8 +108,8 @@ def _run_gradcheck(op_cls: Any, record: OpRecord, sample: Sample) -> None:
 
 def _run_reference_check(op_cls: Any, record: OpRecord, sample: Sample) -> None:
     """The ``reference`` (what a deployed program decomposes into) computes what the op does."""
-    if record.hooks.get("reference") is None or record.mutated:
-        return
+    if record.hooks.get("reference") is None or record.mutated or record.table.has_providers:
+        return  # _run_providers holds each kernel of an op with providers to it, with its own atol/rtol
     args, kwargs = copy_inputs(sample)
     try:
         with torch.no_grad():
@@ -146,57 +147,67 @@ def _run_providers(op_cls: Any, record: OpRecord, sample: Sample, opcheck: bool,
     device = record.arguments.device_of(args, kwargs)
     slot = device if device in table.kernels else None
     ref = _reference(record, device)
-    with torch.no_grad():  # once per sample, for every provider
-        expected = _outcome(record, ref[0], sample)[0] if ref is not None and table.has_providers else None
+    expected = None
+    if ref is not None and table.has_providers:
+        try:
+            with torch.no_grad():  # once per sample, for every provider
+                expected = _outcome(record, ref[0], sample)[0]
+        except Exception as error:  # the sample's fault or the reference's, not a provider's
+            raise _CheckFailed("providers", f"{ref[1]}, which the providers are held to, raises {first_line(error)} on the sample: fix it or the sample") from error
 
     def unchecked(name: str, why: str) -> None:
         if reached.get(name, "") is not None:
             reached[name] = why
 
     for e in table.entries if table.has_providers else ():
-        if not e.runs_on(device):
-            unchecked(e.name, f"runs on {', '.join(e.options.devices or ())}, and no sample is on those devices")
-            continue
-        alone = orders.State({record.qualname: (e.name,)})
-        if not e.available()[0] or table.choice(slot, alone).pick(args, kwargs) is not e:
-            unchecked(e.name, f"not available: {e.available()[1]}" if not e.available()[0] else "declined every sample (supports() returned False)")
-            if e.available()[0]:
+        try:
+            if not e.runs_on(device):
+                unchecked(e.name, f"runs on {', '.join(e.options.devices or ())}, and no sample is on those devices")
+                continue
+            alone = orders.State({record.qualname: (e.name,)})
+            if not e.available()[0] or table.choice(slot, alone).pick(args, kwargs) is not e:
+                unchecked(e.name, f"not available: {e.available()[1]}" if not e.available()[0] else "declined every sample (supports() returned False)")
+                if e.available()[0]:
+                    try:
+                        with torch.no_grad():
+                            op_cls.op(*args, **kwargs)
+                    except Exception as error:
+                        raise _CheckFailed("providers", f"{e.where} declines the sample (supports() is False), and the op does not serve it otherwise: {first_line(error)}") from error
+                continue
+            with orders.block(alone):
                 try:
                     with torch.no_grad():
-                        op_cls.op(*args, **kwargs)
+                        got, ran_args, ran_kwargs = _outcome(record, e.checked, sample)
                 except Exception as error:
-                    raise _CheckFailed("providers", f"{e.where} declines the sample (supports() is False), and the op does not serve it otherwise: {first_line(error)}") from error
-            continue
-        with orders.block(alone):
-            try:
-                with torch.no_grad():
-                    got, args, kwargs = _outcome(record, e.checked, sample)
-            except Exception as error:
-                raise _CheckFailed("providers", f"{e.where} accepts the sample (supports() is true or absent) but raises {first_line(error)}: its predicate must decline what its kernel cannot run") from error
-            _run_mutation_check(op_cls, record, sample, e.where)
-            problem = debug.fake_disagrees(record, e.where, args, kwargs, got[0])
-            if problem is not None:
-                raise _CheckFailed("providers", problem)
-            if opcheck and not e.own:
+                    raise _CheckFailed("providers", f"{e.where} accepts the sample (supports() is true or absent) but raises {first_line(error)}: its predicate must decline what its kernel cannot run") from error
+                _run_mutation_check(op_cls, record, sample, e.where)
+                problem = debug.fake_disagrees(record, e.where, ran_args, ran_kwargs, got[0])
+                if problem is not None:
+                    raise _CheckFailed("providers", problem)
+                if opcheck and not e.own:
+                    try:
+                        _run_opcheck(op_cls, record, sample, test_utils)
+                    except _CheckFailed as failed:
+                        raise _CheckFailed(f"opcheck of provider {e.name!r} ({e.where}, as the chosen one)", failed.detail) from failed.__cause__
+            if ref is not None and e.raw is not ref[0]:
                 try:
-                    _run_opcheck(op_cls, record, sample, test_utils)
-                except _CheckFailed as failed:
-                    raise _CheckFailed(f"opcheck of provider {e.name!r} ({e.where}, as the chosen one)", failed.detail) from failed.__cause__
-        if ref is not None and e.raw is not ref[0]:
-            try:
-                torch.testing.assert_close(got, expected, atol=e.options.tolerances()[0], rtol=e.options.tolerances()[1])
-            except AssertionError as error:
-                raise _CheckFailed("providers", f"{e.where} disagrees with {ref[1]}: {error}") from error
-        if e.options.batch_invariant:
-            first = next(record.arguments.tensors(sample.args, sample.kwargs), None)
-            batch = first.shape[0] if first is not None and first.dim() else 0
-            if batch < 2:
-                unchecked(e.name, "declared batch_invariant, and no sample has more than one row")
-                continue
-            i = first_row_that_differs(e.checked, *copy_inputs(sample), batch)
-            if i is not None:
-                raise _CheckFailed("providers", f"{e.where} is declared batch_invariant, but row {i} of a batch of {batch} differs from row {i} computed alone")
-        reached[e.name] = None
+                    torch.testing.assert_close(got, expected, atol=e.options.tolerances()[0], rtol=e.options.tolerances()[1])
+                except AssertionError as error:
+                    raise _CheckFailed("providers", f"{e.where} disagrees with {ref[1]}: {error}") from error
+            if e.options.batch_invariant:
+                first = next(record.arguments.tensors(sample.args, sample.kwargs), None)
+                batch = first.shape[0] if first is not None and first.dim() else 0
+                if batch < 2:
+                    unchecked(e.name, "declared batch_invariant, and no sample has more than one row")
+                    continue
+                i = first_row_that_differs(e.checked, *copy_inputs(sample), batch)
+                if i is not None:
+                    raise _CheckFailed("providers", f"{e.where} is declared batch_invariant, but row {i} of a batch of {batch} differs from row {i} computed alone")
+            reached[e.name] = None
+        except _CheckFailed:
+            raise
+        except Exception as error:  # a predicate, or the kernel on a batch's rows: the provider's
+            raise _CheckFailed("providers", f"provider {e.name!r} of {e.where}: {first_line(error)}") from error
 
 
 def _outcome(record: OpRecord, fn: Any, sample: Sample) -> tuple[list[Any], tuple[Any, ...], dict[str, Any]]:
@@ -216,16 +227,28 @@ def _run_fast_path(op_cls: Any, sample: Sample) -> None:
             raise _CheckFailed("fast path vs dispatcher", f"{label} and {reference} (the dispatcher) differ at {d} [{record_of(op_cls).plan}]")
 
 
-def _check(op_cls: Any, record: OpRecord, sample: Sample, index: int | None, *, opcheck: bool, gradcheck: bool, reference: bool, fast_path: bool, test_utils: Sequence[str] | None, reached: dict[str, str | None]) -> None:
+def _chosen(record: OpRecord, sample: Sample) -> Entry | None:
+    """The kernel of an op with providers that the order in force runs ``sample`` with (how failures name it)."""
+    args, kwargs = copy_inputs(sample)
+    device = record.arguments.device_of(args, kwargs)
     try:
-        _run_mutation_check(op_cls, record, sample)
+        return record.table.now(device if device in record.table.kernels else None).pick(args, kwargs) if record.table.has_providers else None
+    except Exception:  # noqa: BLE001 - a predicate that raises: the provider checks report it
+        return None
+
+
+def _check(op_cls: Any, record: OpRecord, sample: Sample, index: int | None, *, opcheck: bool, gradcheck: bool, reference: bool, fast_path: bool, test_utils: Sequence[str] | None, reached: dict[str, str | None]) -> None:
+    direct = as_dispatched(record, sample, index)
+    chosen = _chosen(record, direct)
+    try:
+        _run_mutation_check(op_cls, record, sample, chosen.where if chosen else None)
         if opcheck:
             _run_opcheck(op_cls, record, sample, test_utils)
         if gradcheck:
             _run_gradcheck(op_cls, record, sample)
         if reference:
-            _run_reference_check(op_cls, record, sample)
-            _run_providers(op_cls, record, sample, opcheck, test_utils, reached)
+            _run_reference_check(op_cls, record, direct)
+            _run_providers(op_cls, record, direct, opcheck, test_utils, reached)
         if fast_path:
             _run_fast_path(op_cls, sample)
         if record.hooks.get("vmap") is not None and not record.mutated:
@@ -233,7 +256,10 @@ def _check(op_cls: Any, record: OpRecord, sample: Sample, index: int | None, *, 
             if problem is not None:
                 raise _CheckFailed("vmap check", f"{record.where('vmap')} {problem}; the rule must batch as the loop does (is each out_dims where its output's batch dimension is?)")
     except _CheckFailed as e:
-        raise AssertionError(f"{record.qualname}, {label(sample, index)}: {e.check} failed: {e.detail}") from e.__cause__
+        detail = e.detail  # what the provider checks raise ("provider" in e.check) names its provider
+        if chosen is not None and not (chosen.own or "provider" in e.check or chosen.where in detail):
+            detail = f"provider {chosen.name!r} of {chosen.where}, chosen for the sample: {detail}"
+        raise AssertionError(f"{record.qualname}, {label(sample, index)}: {e.check} failed: {detail}") from e.__cause__
 
 
 # --------------------------------------------------------------------------- public API
@@ -287,12 +313,13 @@ def check_op(
         reference: when the op has a ``reference`` (what ``opclass.decompositions`` decomposes
             it into), compare its result with the op's (``torch.testing.assert_close``, default
             tolerances), both under ``no_grad``; not for ops that mutate their arguments. For an
-            op with providers, each available one on the sample's device, as if it were the one
-            chosen: one that accepts the sample passes the write check, opcheck and the fake
-            kernel's outputs (dtype, shape, strides), and agrees with the reference (else
-            ``default``, else the op's own kernel for the device; its ``atol``/``rtol``), writes
-            included; one that declines it leaves it to another that serves it; one flagged
-            ``batch_invariant`` gives row i of a batch as it gives row i alone.
+            op with providers, instead, each kernel available on the sample's device, as if it
+            were the one chosen: one that accepts the sample passes the write check, opcheck and
+            the fake kernel's outputs (dtype, shape, strides), and agrees with the reference (else
+            ``default``, else the op's own kernel for the device; with its own ``atol``/``rtol``
+            whichever that is), writes included; one that declines it leaves it to another that
+            serves it; one flagged ``batch_invariant`` gives row i of a batch as it gives row i
+            alone. A failure names the provider.
         fast_path: call the op every way it can be called (the class call, the Python guard's
             call function where the native guard is active, and ``op_cls.op``, the dispatcher)
             on independent copies and compare the exception or the output (types, metadata,
@@ -310,7 +337,10 @@ def check_op(
 
     Raises:
         AssertionError: a check failed (or, with ``strict``, a kernel went unchecked); the message
-            names the op, the sample (index and name) and the check.
+            names the op, the sample (index and name), the check and the provider checked.
+        TypeError: a sample does not bind to the op's parameters (kernels, predicates and the
+            reference get each sample as the dispatcher hands it over: a tuple for a list as a
+            list, an int for a float as a float).
         ValueError: there are no samples.
 
     Example:

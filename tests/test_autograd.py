@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from opclass import CustomOp
+from opclass import CustomOp, OpDefinitionError
 from opclass._harness import call_paths
 
 from _errors import error_of, first_line
@@ -202,6 +202,84 @@ def test_a_missing_gradient_for_an_input_that_needs_one_is_an_error(ns: str) -> 
     seen = assert_paths_agree_on(op, torch.ones(2, requires_grad=True), 3.0, torch.ones(2, requires_grad=True))
     assert seen["backward"][0] == "RuntimeError"
     assert "(Scale.backward) returned 1 gradients; expected one per positional input (3)" in seen["backward"][1]
+
+
+def test_a_missing_gradient_for_a_keyword_only_input_that_requires_grad_is_an_error(ns: str) -> None:
+    """Gradients for keyword-only inputs may be left off, but not for one that requires grad: an
+    explicit None says "no gradient", a missing one is most often a formula written without it."""
+
+    class Scaled(CustomOp, name=f"{ns}::scaled"):
+        @staticmethod
+        def default(x: Tensor, *, scale: Tensor) -> Tensor:
+            return x * scale
+
+        @staticmethod
+        def setup_context(ctx: Any, inputs: Any, keyword_only_inputs: Any, output: Any) -> None:
+            ctx.save_for_backward(keyword_only_inputs["scale"])
+
+        @staticmethod
+        def backward(ctx: Any, grad: Tensor) -> Any:
+            return grad * ctx.saved_tensors[0]  # none for scale
+
+    for label, fn in call_paths(Scaled).items():
+        line = first_line(error_of(fn(torch.ones(2, requires_grad=True), scale=torch.ones(2, requires_grad=True)).sum().backward))
+        assert line == (
+            f"{ns}::scaled (Scaled.backward) returned no gradient for the keyword-only 'scale', which requires grad: "
+            "return one gradient per input, keyword-only ones last (2 in all), None for an input with no gradient"
+        ), label
+        x = torch.ones(2, requires_grad=True)
+        fn(x, scale=torch.full((2,), 3.0)).sum().backward()  # scale needs no gradient: none is missing
+        assert x.grad.tolist() == [3.0, 3.0], label
+
+
+@pytest.mark.parametrize("where", ["positional", "keyword_only"])
+def test_a_backward_inherited_by_a_variant_with_a_new_tensor_argument_is_refused(ns: str, where: str) -> None:
+    """A variant adding a learnable Tensor (scale) to a base's arguments would run the base's
+    formula, which returns no gradient for it: refused when the class is created."""
+
+    class Norm(CustomOp, name=f"{ns}::norm_{where}"):
+        @staticmethod
+        def default(x: Tensor, *, eps: float = 1e-6) -> Tensor:
+            return x * 2
+
+        @staticmethod
+        def setup_context(ctx: Any, inputs: Any, keyword_only_inputs: Any, output: Any) -> None:
+            pass
+
+        @staticmethod
+        def backward(ctx: Any, grad: Tensor) -> Any:
+            return grad * 2
+
+    with pytest.raises(OpDefinitionError) as e:
+        if where == "positional":
+
+            class ScaledNorm(Norm, name=f"{ns}::scaled_norm_{where}"):
+                @staticmethod
+                def default(x: Tensor, scale: Tensor, *, eps: float = 1e-6) -> Tensor:
+                    return x * 2 * scale
+
+        else:
+
+            class ScaledNorm(Norm, name=f"{ns}::scaled_norm_{where}"):  # type: ignore[no-redef]
+                @staticmethod
+                def default(x: Tensor, *, eps: float = 1e-6, scale: Tensor) -> Tensor:
+                    return x * 2 * scale
+
+    params = "(x, scale, *, eps=1e-06)" if where == "positional" else "(x, *, eps=1e-06, scale)"
+    assert str(e.value) == (
+        "ScaledNorm.backward(ctx: Any, grad: Tensor) -> Any: is inherited from Norm, whose formula was written for "
+        f"Norm's arguments (x, *, eps=1e-06) and gives no gradient for 'scale' of ScaledNorm{params}; "
+        f"define setup_context and backward on ScaledNorm, returning one gradient per input of {params} (None for an input with no gradient)"
+    )
+
+    class Tuned(Norm, name=f"{ns}::tuned_{where}"):  # same arguments: the formula fits
+        @staticmethod
+        def cpu(x, *, eps=1e-6):  # type: ignore[no-untyped-def]
+            return x * 2
+
+    x = torch.ones(2, requires_grad=True)
+    Tuned(x).sum().backward()
+    assert x.grad.tolist() == [2.0, 2.0]
 
 
 # --------------------------------------------------------------------------- gradients for arguments that are no Tensor

@@ -1,17 +1,21 @@
 """Debug mode (``OPCLASS_DEBUG=1`` when an op is defined): a kernel that writes to an input not in
 ``mutates_args`` (even through NumPy, where no version counter moves) or whose fake kernel disagrees
 with what it returned raises on every call path; declared writes and agreeing fake kernels pass;
-ops defined without it are unwrapped (nothing to pay)."""
+ops defined without it are unwrapped (nothing to pay). A user's dispatch mode never sees the checks;
+a body's write is caught under torch.compile; switched on after ops were defined, it says so once."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable
 
 import numpy as np
 import pytest
 import torch
 from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
 
+import opclass
 from opclass import CustomOp
 from opclass._harness import call_paths, diff, observe
 
@@ -264,6 +268,7 @@ def test_a_body_passes_debug_mode_when_it_writes_nothing(ns: str, debug: None) -
     Square(leaf).sum().backward()
     assert leaf.grad is not None and torch.equal(leaf.grad, torch.tensor([2.0, 4.0]))
     assert torch.equal(torch.vmap(Square)(torch.ones(2, 3)), torch.ones(2, 3))
+    assert torch.equal(torch.vmap(torch.func.grad(lambda t: Square(t).sum()))(torch.ones(2, 3)), torch.full((2, 3), 2.0))
     compiled = torch.compile(lambda t: Square(t), backend="aot_eager", fullgraph=True)
     assert torch.equal(compiled(torch.full((2,), 3.0)), torch.full((2,), 9.0))
 
@@ -305,3 +310,102 @@ def test_a_wrong_result_gets_the_contracts_error_in_debug_mode_too(ns: str, monk
         assert type(on) is type(off) is TypeError, (label, type(off), type(on))
         assert first_line(on) == first_line(off).replace("::plain", "::debugged"), label
         assert f"{ns}::debugged (Split.cpu)" in first_line(on), label
+
+
+# --------------------------------------------------------------------------- invisible to the user's modes, compiled bodies, a late switch
+
+
+class _Logged(TorchDispatchMode):
+    """A user's dispatch mode: the functions it sees."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.funcs: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.funcs.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def _seen(fn: Callable[..., Any], *args: Any) -> list[str]:
+    with _Logged() as mode:
+        fn(*args)
+    return mode.funcs
+
+
+def _checked_op(ns: str, name: str, hook: str) -> Any:
+    def body(x: Tensor) -> Tensor:
+        return x * 2
+
+    hooks: dict[str, Any] = {hook: staticmethod(body)}
+    if hook == "provider":  # debug mode compares it with the reference too
+        hooks = {"default": staticmethod(body), "twice": opclass.provider("cpu")(staticmethod(lambda x: x + x))}
+    return type("Op", (CustomOp,), hooks, name=f"{ns}::{name}")
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["plain", "requires_grad"])
+@pytest.mark.parametrize("hook", ["cpu", "provider", "composite", "autograd"])
+def test_a_dispatch_mode_sees_what_it_sees_without_debug_mode(ns: str, monkeypatch: pytest.MonkeyPatch, hook: str, requires_grad: bool) -> None:
+    monkeypatch.setenv("OPCLASS_DEBUG", "0")
+    plain = _checked_op(ns, "plain", hook)
+    monkeypatch.setenv("OPCLASS_DEBUG", "1")
+    debugged = _checked_op(ns, "debugged", hook)
+    assert "debug mode" in repr(debugged.record)
+    for (label, off), on in zip(call_paths(plain).items(), call_paths(debugged).values()):
+        x = torch.ones(3, requires_grad=requires_grad)
+        assert _seen(on, x) == [f.replace(".plain.", ".debugged.") for f in _seen(off, x)], label
+
+
+def test_the_write_check_of_a_tensor_with_history_is_invisible_to_a_dispatch_mode(ns: str) -> None:
+    class Maybe(CustomOp, name=f"{ns}::maybe", mutates_args=("x",)):
+        @staticmethod
+        def cpu(x: Tensor, n: int) -> None:
+            if n:
+                x.mul_(n)
+
+    for label, fn in call_paths(Maybe).items():
+        x = torch.ones(3, requires_grad=True) * 1  # with history: the op checks it was not written
+        assert _seen(fn, x, 0) == [f"{ns}.maybe.default"], label
+
+
+@pytest.mark.parametrize("hook", ["composite", "autograd"])
+def test_an_undeclared_write_in_a_body_is_caught_under_compile(ns: str, debug: None, hook: str) -> None:
+    op = _writing_body(ns, hook, "in_place")
+    torch._dynamo.reset()
+    x = torch.ones(3)
+    text = str(error_of(compiled_call(op), x))  # while tracing (the graph runs none of opclass's code), in Dynamo's words
+    assert f"{ns}::body_{hook}_in_place (Body.{hook}) wrote to 'x' (its version counter moved)" in text, text
+    assert "add mutates_args=('x',) to the class statement" in text and torch.equal(x, torch.ones(3))
+
+
+def test_a_body_that_writes_what_it_declares_through_a_view_passes_under_compile(ns: str, debug: None) -> None:
+    class Bump(CustomOp, name=f"{ns}::bump", mutates_args=("x",)):
+        @staticmethod
+        def composite(x: Tensor, y: Tensor) -> Tensor:
+            x.add_(1)
+            return y * 2
+
+    torch._dynamo.reset()
+    x = torch.ones(3)
+    assert torch.equal(compiled_call(Bump)(x, x[:2]), torch.full((2,), 4.0)) and torch.equal(x, torch.full((3,), 2.0))
+
+
+def test_debug_mode_switched_on_after_ops_were_defined_warns_once(ns: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from opclass.builtin_hooks import debug as debug_module
+
+    monkeypatch.setattr(debug_module, "_warned", False, raising=False)
+    monkeypatch.setenv("OPCLASS_DEBUG", "0")
+    _scale(ns)
+    gone = _checked_op(ns, "gone", "cpu")
+    opclass.remove(gone)
+    monkeypatch.setenv("OPCLASS_DEBUG", "1")
+    with pytest.warns(UserWarning, match="OPCLASS_DEBUG") as caught:
+        _checked_op(ns, "late", "cpu")
+    (warning,) = caught
+    message = str(warning.message)
+    assert warning.filename == __file__  # the class statement that switched it on
+    assert f"{ns}::late is defined in debug mode (OPCLASS_DEBUG), but " in message and f"{ns}::scale" in message
+    assert f"{ns}::gone" not in message and "set OPCLASS_DEBUG before the library that defines them is imported" in message
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _checked_op(ns, "later", "composite")  # said once

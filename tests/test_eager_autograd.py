@@ -8,6 +8,7 @@ kernel under autograd. Gradients agree everywhere with the same computation writ
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import opclass
 from opclass import CustomOp, OpDefinitionError
+from opclass._harness import call_paths
 from opclass.testing import check_op
 
 
@@ -253,19 +255,23 @@ def test_torch_func_transforms(ns: str) -> None:
     torch.testing.assert_close(torch.vmap(torch.func.grad(lambda t: Tanh2(t).sum()))(x.view(5, 1)), (2 / x.cosh() ** 2).view(5, 1))
 
 
-def test_kernel_that_is_not_differentiable_gets_a_clear_error(ns: str) -> None:
+def test_kernel_that_is_not_differentiable_runs_as_plain_torch_and_check_op_catches_it(ns: str) -> None:
+    """Its output needs no grad, as the same function's without opclass (gradients that should
+    flow are lost, as there): check_op's gradcheck names the op."""
+
+    def np_sin(x: Tensor) -> Tensor:
+        return torch.from_numpy(np.sin(x.detach().numpy()))
+
     class NumpySin(CustomOp, name=f"{ns}::np_sin"):
         eager_autograd = True
+        cpu = staticmethod(np_sin)
 
-        @staticmethod
-        def cpu(x: Tensor) -> Tensor:
-            return torch.from_numpy(np.sin(x.detach().numpy()))
-
-    x = torch.randn(3, requires_grad=True)
-    for fn in (NumpySin, NumpySin.op):
-        with pytest.raises(RuntimeError, match=r"np_sin \(NumpySin.cpu\): eager_autograd differentiates through the kernel.*Write setup_context and backward"):
-            fn(x)
+    x = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    for fn in (np_sin, *call_paths(NumpySin).values()):
+        assert not fn(x).requires_grad
         torch.testing.assert_close(fn(x.detach()), x.detach().sin())
+    with pytest.raises(AssertionError, match=rf"{ns}::np_sin, sample 0: gradcheck failed"):
+        check_op(NumpySin, [(x,)])
 
 
 def test_outputs_may_not_alias_inputs(ns: str) -> None:
@@ -343,3 +349,73 @@ def test_eager_autograd_false_is_a_plain_op(ns: str) -> None:
 
     with pytest.raises(RuntimeError, match="no autograd formula was registered"):
         Plain(torch.randn(2, requires_grad=True)).sum().backward()
+
+
+def make_square(ns: str) -> Any:
+    """Two providers with different gradients at 1: ``square`` (2) runs unless a block picks ``quad`` (4)."""
+
+    class Square(CustomOp, name=f"{ns}::square"):
+        eager_autograd = True
+
+        @staticmethod
+        def default(x: Tensor) -> Tensor:
+            return x * x
+
+        @opclass.provider("cpu")
+        @staticmethod
+        def square(x: Tensor) -> Tensor:
+            return x * x
+
+        @opclass.provider("cpu")
+        @staticmethod
+        def quad(x: Tensor) -> Tensor:
+            return 2 * x * x
+
+    return Square
+
+
+@pytest.mark.parametrize("how", ["eager", "mode", "compiled"])
+def test_backward_differentiates_the_provider_the_forward_ran(ns: str, how: str) -> None:
+    op = make_square(ns)
+    for label, fn in call_paths(op).items():
+        run = torch.compile(lambda t, fn=fn: fn(t), backend="aot_eager") if how == "compiled" else fn
+        for forward, backward, value, grad in ((["quad"], None, 2.0, 4.0), (None, ["quad"], 1.0, 2.0), (None, None, 1.0, 2.0)):
+            x = torch.ones(3, requires_grad=True)
+            with opclass.use_providers({op: forward} if forward else {}), OpLog() if how == "mode" else contextlib.nullcontext():
+                y = run(x)
+            with opclass.use_providers({op: backward} if backward else {}), OpLog() if how == "mode" else contextlib.nullcontext():
+                y.sum().backward()
+            assert (y.detach().tolist(), x.grad.tolist()) == ([value] * 3, [grad] * 3), (label, forward, backward)
+
+
+def _zeros(x: Tensor, y: Tensor) -> Tensor:
+    return x.new_zeros(x.shape)
+
+
+def _uses_x(x: Tensor, y: Tensor) -> Tensor:
+    return x * 2
+
+
+@pytest.mark.parametrize("body", [_zeros, _uses_x])
+def test_a_kernel_that_ignores_an_input_gets_no_gradient_for_it_as_plain_torch(ns: str, body: Any) -> None:
+    """Eager, as plain torch: an output that needs no grad, ``.grad`` None for an input the kernel
+    ignores. Wherever the op is opaque (compiled, any mode) its output needs grad and an ignored
+    input's gradient is zeros: the graph's outputs are fixed when it is traced, which never looks
+    inside the kernel (docs/guide/autograd.md)."""
+
+    class Op(CustomOp, name=f"{ns}::op"):
+        eager_autograd = True
+        default = staticmethod(body)
+
+    def under_a_mode(x: Tensor, y: Tensor) -> Tensor:
+        with OpLog():
+            return Op(x, y)
+
+    compiled = torch.compile(lambda x, y: Op(x, y), backend="aot_eager")
+    for label, fn in {"plain": body, **call_paths(Op), "compiled": compiled, "mode": under_a_mode}.items():
+        opaque = label in ("compiled", "mode")
+        x, y = torch.ones(2, requires_grad=True), torch.ones(2, requires_grad=True)
+        assert fn(x.detach(), y).requires_grad is opaque, label  # only the ignored input needs grad
+        (fn(x, y).sum() + x.sum()).backward()
+        assert x.grad.tolist() == [3.0 if body is _uses_x else 1.0] * 2, label
+        assert (y.grad.tolist() if opaque else y.grad) == ([0.0] * 2 if opaque else None), label

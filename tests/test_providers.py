@@ -275,6 +275,7 @@ def test_an_added_provider_is_checked_as_a_kernel(ns: str) -> None:
     [
         ("@opclass.provider('cpu', supports=lambda: True)", "provider 'bad': supports() cannot take the op's arguments (x)"),
         ("@opclass.provider('cpu', supports=3)", "provider 'bad': supports=3 is not callable"),
+        ("@opclass.provider('gpu')", "provider 'bad': 'gpu' is not a device type a kernel runs on (those are cpu, cuda, mps"),
     ],
 )
 def test_provider_definition_mistakes(ns: str, decorated: str, problem: str) -> None:
@@ -282,8 +283,6 @@ def test_provider_definition_mistakes(ns: str, decorated: str, problem: str) -> 
     with pytest.raises(OpDefinitionError) as e:
         exec(source, {"CustomOp": CustomOp, "Tensor": Tensor, "opclass": opclass, "torch": torch})
     assert problem in str(e.value), str(e.value)
-    with pytest.raises(ValueError, match="'gpu' is not a torch device type"):
-        opclass.provider("gpu")
 
 
 def clean(ns: str, **extra: Any) -> Any:
@@ -387,7 +386,8 @@ def test_the_environment_sets_an_order_and_a_mode(tmp_path: Path) -> None:
     assert run() == "1.0 1.0"
     assert run(OPCLASS_PROVIDERS="t_env::op=default,one") == "0.0 0.0"
     assert run(OPCLASS_PROVIDER_MODE="deterministic") == "2.0 2.0"
-    assert "OPCLASS_PROVIDERS names provider 'defualt', which t_env::op does not have (it has one, two, default); did you mean 'default'?" in run(OPCLASS_PROVIDERS="t_env::op=defualt")
+    # Validated when the op is called, not when it is defined (a plugin may add the provider later).
+    assert "t_env::op: OPCLASS_PROVIDERS names provider 'defualt' (did you mean 'default'?), which it does not have (it has one, two, default)" in run(OPCLASS_PROVIDERS="t_env::op=defualt")
 
 
 def test_eager_autograd_differentiates_through_the_provider_that_runs(ns: str) -> None:

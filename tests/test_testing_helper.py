@@ -16,6 +16,8 @@ import opclass.testing
 from opclass import CustomOp, OpDefinitionError
 from opclass.testing import Sample, check_op, check_sample, parametrize_samples
 
+from opclass._samples import copy_inputs
+
 from _errors import error_of
 from _ops import numpy_doubler
 from _versions import needs_tag
@@ -621,3 +623,123 @@ def test_check_op_catches_a_write_through_numpy(ns: str) -> None:
     e = error_of(opclass.testing.check_op, op, [(torch.ones(3),)], opcheck=False, gradcheck=False)
     assert f"{ns}::double (Double.cpu) wrote to 'x' (its values changed" in str(e)
     assert "mutates_args=('x',)" in str(e)
+
+
+# --------------------------------------------------------------------------- check_op and providers
+
+
+def test_every_failure_while_checking_a_provider_names_it(ns: str) -> None:
+    """A provider whose outputs are not what the fake kernel promises, one that writes, one that
+    fails on a batch's rows: the failure names the provider, with the original error as cause."""
+
+    class Op(CustomOp, name=f"{ns}::op"):
+        @staticmethod
+        def default(x: Tensor, y: Tensor) -> Tensor:
+            return x + y
+
+        @staticmethod
+        def abstract(x: Tensor, y: Tensor) -> Tensor:
+            return torch.empty_like(x)
+
+    opclass.add_provider(Op, "fast", lambda x, y: (x + y).double(), "cpu")
+    sample = [(torch.randn(4, 3), torch.randn(4, 3))]
+    e = error_of(check_op, Op, sample)
+    assert str(e).startswith(f"{ns}::op, sample 0: opcheck failed: provider 'fast' of {ns}::op (Op.fast), chosen for the sample: OpCheckError: "), str(e)
+    assert type(e.__cause__).__name__ == "OpCheckError"
+    assert f"disagrees with {ns}::op (Op.fast): dtype torch.float32 from the fake kernel, torch.float64" in str(error_of(check_op, Op, sample, opcheck=False))
+
+    def writes(x: Tensor, y: Tensor) -> Tensor:
+        y.add_(0.0)
+        return x + y
+
+    opclass.remove_provider(Op, "fast")
+    opclass.add_provider(Op, "writes", writes, "cpu", supports=lambda x, y: True)
+    e = error_of(check_op, Op, sample)
+    assert f"sample 0: mutation check failed: {ns}::op (Op.writes) wrote to 'y'" in str(e), str(e)  # not Op.providers
+
+    def rows(x: Tensor, y: Tensor) -> Tensor:
+        if x.shape[0] == 1:
+            raise RuntimeError("rows: a batch of one row")
+        return x + y
+
+    opclass.remove_provider(Op, "writes")
+    opclass.add_provider(Op, "rows", rows, "cpu", batch_invariant=True)
+    e = error_of(check_op, Op, sample, opcheck=False)
+    assert isinstance(e, AssertionError) and f"providers failed: provider 'rows' of {ns}::op (Op.rows): RuntimeError: rows: a batch of one row" in str(e), repr(e)
+    assert isinstance(e.__cause__, RuntimeError)
+
+
+def test_a_provider_is_held_to_its_own_tolerances_against_the_reference(ns: str) -> None:
+    class Op(CustomOp, name=f"{ns}::op"):
+        @staticmethod
+        def default(x: Tensor) -> Tensor:
+            return x * 2
+
+        @staticmethod
+        def reference(x: Tensor) -> Tensor:
+            return x + x
+
+    opclass.add_provider(Op, "rough", lambda x: x * 2 + 1e-3, "cpu", atol=1e-2, rtol=0.0)
+    assert check_op(Op, [(torch.randn(3),)], opcheck=False) == {}
+    opclass.remove_provider(Op, "rough")
+    opclass.add_provider(Op, "rough", lambda x: x * 2 + 1e-3, "cpu")  # no tolerances of its own: the defaults
+    with pytest.raises(AssertionError, match=rf"providers failed: {ns}::op \(Op.rough\) disagrees with {ns}::op \(Op.reference\)"):
+        check_op(Op, [(torch.randn(3),)], opcheck=False)
+
+
+def test_check_op_takes_samples_as_the_dispatcher_does(ns: str) -> None:
+    """A tuple for a list, an int for a float, an argument by keyword: kernels, predicates and the
+    reference get what the dispatcher would hand them; a sample that cannot bind is named."""
+
+    class Sum(CustomOp, name=f"{ns}::sum"):
+        @staticmethod
+        def default(xs: list[Tensor], k: float) -> Tensor:
+            return (xs[0] + xs[1]) * k
+
+        @opclass.provider("cpu", supports=lambda xs, k: isinstance(xs, list) and isinstance(k, float))
+        @staticmethod
+        def fast(xs: list[Tensor], k: float) -> Tensor:
+            return torch.stack(xs + []).sum(0) * k
+
+    assert check_op(Sum, [((torch.arange(3), torch.arange(3)), 2), Sample((), {"k": 1, "xs": (torch.ones(2), torch.ones(2))})]) == {}
+    pair = (torch.ones(2), torch.ones(2))
+    for bad, said in ((Sample((pair,)), "missing a required argument: 'k'"), (Sample((pair, 1.0), {"z": 1}), "got an unexpected keyword argument 'z'")):
+        e = error_of(check_op, Sum, [bad], opcheck=False)
+        assert isinstance(e, TypeError) and str(e) == f"{ns}::sum, sample 0: {said}; the op takes (xs, k)", repr(e)
+
+
+@needs_tag("inplace")
+def test_check_op_takes_an_inplace_ops_argument_by_keyword(ns: str) -> None:
+    class AddInto(CustomOp, name=f"{ns}::add_into", mutates_args=("x",), tags=torch.Tag.inplace):
+        @staticmethod
+        def default(x: Tensor, y: Tensor) -> Tensor:
+            return x.add_(y)
+
+        @opclass.provider("cpu")
+        @staticmethod
+        def fast(x: Tensor, y: Tensor) -> Tensor:
+            return x.add_(y)
+
+    assert check_op(AddInto, [Sample((), {"x": torch.zeros(3), "y": torch.ones(3)})]) == {}
+
+
+def test_copies_of_a_sample_keep_its_strides(ns: str) -> None:
+    """An expanded (stride 0) or transposed sample reaches predicates and kernels as it is."""
+    seen: list[tuple[int, ...]] = []
+
+    class Op(CustomOp, name=f"{ns}::op"):
+        @staticmethod
+        def default(x: Tensor) -> Tensor:
+            return x * 2
+
+        @opclass.provider("cpu", supports=lambda x: seen.append(x.stride()) or True)
+        @staticmethod
+        def fast(x: Tensor) -> Tensor:
+            return x * 2
+
+    for x in (torch.randn(3, 1).expand(3, 4), torch.randn(4, 3).t(), torch.randn(6)[::2]):
+        seen.clear()
+        copy = copy_inputs(Sample((x,)))[0][0]
+        assert copy.stride() == x.stride() and torch.equal(copy, x) and copy.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+        check_op(Op, [(x,)], opcheck=False)
+        assert set(seen) == {x.stride()}, (x.stride(), seen)

@@ -24,7 +24,7 @@ from opclass.builtin_hooks import eager, providers, sharding, traceable
 from opclass.builtin_hooks.kernels import abstract_hook, autograd_hook, composite_hook, device_hook
 from opclass.errors import raised_by_torch, reraise
 from opclass.install.functions import Formula
-from opclass.install.record import OpRecord
+from opclass.install.record import OpRecord, live_records
 
 # Keys holding an autograd kernel of an op's own (a formula would be shadowed or would shadow it).
 _OWN_AUTOGRAD_KEYS = ("Autograd", "AutogradCPU", "AutogradCUDA", "AutogradOther", "CompositeImplicitAutograd")
@@ -60,6 +60,15 @@ def _check_backward(fn: Any, ctx: HookContext) -> None:
         took = "no parameters (not even ctx)" if n == 0 else f"ctx and {_count(n - 1, 'gradient')}"
         fix = f"write backward(ctx, {', '.join(f'grad{i}' for i in range(outputs)) or '*grads'}) with one gradient per output"
         ctx.fail(f"takes {took}, but the op has {_count(outputs, 'output')}, so backward receives {_count(outputs, 'gradient')}", fix)
+    # A formula inherited from a base op returns gradients by the base's argument positions: a Tensor
+    # argument the variant adds or moves (a learnable scale) would get none, with no word.
+    owner = getattr(fn, "__qualname__", "").rpartition("<locals>.")[2].rpartition(".")[0]
+    base = next((r for r in live_records() if r.cls_name == owner and r.hooks.get("backward") is fn), None) if owner != ctx.cls_name else None
+    slots = {(b.name, b.index) for b in base.arguments if b.holds_tensor} if base is not None else set()
+    if base is not None and (new := [repr(a.name) for a in ctx.arguments if a.holds_tensor and (a.name, a.index) not in slots]):
+        ours = ctx.arguments.parameters()
+        problem = f"is inherited from {owner}, whose formula was written for {owner}'s arguments {base.arguments.parameters()} and gives no gradient for {', '.join(new)} of {ctx.cls_name}{ours}"
+        ctx.fail(problem, f"define setup_context and backward on {ctx.cls_name}, returning one gradient per input of {ours} (None for an input with no gradient)")
 
 
 def _count(n: int, noun: str) -> str:

@@ -9,7 +9,14 @@ nothing else checks at run time:
 
 A mismatch raises, naming the op, the hook and the fix. Every call path runs the wrapped
 kernel (the class call, ``torch.ops``, a compiled graph at run time); an op defined without the
-variable pays nothing. ``opclass.testing`` runs the write check, debug mode or not.
+variable pays nothing. ``opclass.testing`` runs the write check, debug mode or not. The checks'
+own copies and comparisons are hidden from the user's ``TorchDispatchMode``s, which see what
+they see without debug mode. A ``composite`` or ``autograd`` body also runs on traced and
+batched Tensors (``torch.compile``, ``make_fx``, ``torch.func``): there it is checked by version
+counters alone, so a write is caught while tracing (``torch.compile`` reports it in its own
+words, opclass's message inside), before the graph, which runs no opclass code, exists. The
+variable is read when an op is defined; the first op defined with it while ops defined without
+it are live warns (once a process), naming them.
 
 Example:
     >>> from opclass.builtin_hooks import debug
@@ -21,7 +28,10 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import threading
+import warnings
+import weakref
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import torch
@@ -30,6 +40,7 @@ from torch.utils._pytree import tree_leaves, tree_map_only
 from opclass.core.types import same_values, tensors_in
 from opclass.errors import first_line
 from opclass.install.fake import has_fake_kernel, says_no_fake_kernel
+from opclass.install.record import live_records
 
 if TYPE_CHECKING:
     from opclass.define.spec import OpSpec
@@ -38,6 +49,8 @@ if TYPE_CHECKING:
 ENV = "OPCLASS_DEBUG"
 _MODES = threading.local()
 _ON, _OFF = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+_unchecked: weakref.WeakSet[OpRecord] = weakref.WeakSet()  # ops whose kernels were installed without the checks
+_warned = False
 
 
 def enabled() -> bool:
@@ -70,8 +83,9 @@ def _storage(t: torch.Tensor) -> int:
 
 
 def _real(t: torch.Tensor) -> bool:
-    """A plain dense Tensor with values (FakeTensors and meta Tensors have none)."""
-    return type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout == torch.strided and t.device.type != "meta"
+    """A plain dense Tensor with values (FakeTensors and meta Tensors have none; a torch.func
+    transform's wrapper may hold a batch, whose values no comparison can read)."""
+    return type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout == torch.strided and t.device.type != "meta" and not torch._C._functorch.is_functorch_wrapped_tensor(t)
 
 
 def watched(spec: OpSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Watched]:
@@ -182,27 +196,29 @@ def wrap(record: OpRecord, hook: str, fn: Callable[..., Any], tolerances: Any = 
     op (a provider: ``tolerances`` has its ``atol`` and ``rtol``), also when it disagrees with
     the op's reference (its ``reference``, else its ``default``) on the same inputs. A body
     (``fake=False``: the op's ``composite`` or ``autograd`` kernel, which also runs on traced
-    and batched Tensors) is checked where every Tensor it gets is a plain one. ``repr(record)``
-    says when debug mode is on."""
+    and batched Tensors) has its fake kernel in itself. ``repr(record)`` says when debug mode is on."""
     if not enabled():
+        _unchecked.add(record)
         return fn
     if _shown not in record.shown:
         record.shown.append(_shown)
+        _warn_if_late(record)
     where = record.where(hook)
     reference = None if tolerances is None else record.hooks.get("reference") or record.hooks.get("default")
 
     @functools.wraps(fn)
     def debug_kernel(*args: Any, **kwargs: Any) -> Any:
         real = all(_real(t) for t in tensors_in((*args, *kwargs.values())))
-        if not (fake or real):
-            return fn(*args, **kwargs)
-        before = watched(record, args, kwargs)
-        copies = tree_map_only(torch.Tensor, lambda t: t.detach().clone(), (args, kwargs)) if reference is not None else None
+        # The user's dispatch modes (a body runs under them) see what the op does, never the check.
+        with torch._C._DisableTorchDispatch():
+            before = watched(record, args, kwargs)
+            copies = tree_map_only(torch.Tensor, lambda t: t.detach().clone(), (args, kwargs)) if reference is not None else None
         result = fn(*args, **kwargs)
         # A result the op cannot return gets the output contract's error naming the kernel, as
         # without debug mode (before the fake kernel is compared with what it never promised).
         record.outputs.finish(where, args, kwargs, result)
-        problem = undeclared_write(where, record, before)
+        with torch._C._DisableTorchDispatch():
+            problem = undeclared_write(where, record, before)
         if problem is None and fake and real:
             problem = fake_disagrees(record, where, args, kwargs, result)
             if problem is None and copies is not None and reference is not None and reference is not fn:
@@ -212,6 +228,26 @@ def wrap(record: OpRecord, hook: str, fn: Callable[..., Any], tolerances: Any = 
         return result
 
     return debug_kernel
+
+
+def _warn_if_late(record: OpRecord) -> None:
+    """Warn, once, that ops defined before the switch was turned on are not checked."""
+    global _warned
+    earlier = [] if _warned else [r.qualname for r in live_records() if r in _unchecked and r.qualname != record.qualname]
+    if not earlier:
+        return
+    _warned = True
+    named = ", ".join(earlier[-3:]) + (f" and {len(earlier) - 3} more" if len(earlier) > 3 else "")
+    package, frame, level = os.path.dirname(os.path.dirname(__file__)), sys._getframe(), 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(package):  # point at the class statement
+        frame, level = frame.f_back, level + 1
+    warnings.warn(
+        f"{record.qualname} is defined in {_shown()}, but {named}, defined earlier without it, {'is' if len(earlier) == 1 else 'are'} not checked: "
+        f"{ENV} is read when an op is defined. To check them too, set {ENV} before the library that defines them is imported "
+        f"(or in the environment that starts Python)",
+        UserWarning,
+        stacklevel=level,
+    )
 
 
 def _disagrees_with_reference(record: OpRecord, where: str, reference: Callable[..., Any], copies: Any, inputs: Any, result: Any, tolerances: Any) -> str | None:

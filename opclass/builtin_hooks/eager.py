@@ -5,12 +5,15 @@ needs no ``backward``. Wherever a TorchDispatchMode is tracing (torch.compile, t
 FakeTensor) the op stays one opaque node; if grad is needed there, its backward is a second
 opaque op, ``ns::<name>_eager_backward``, whose kernel re-runs the kernel under autograd and
 differentiates it (recompute, as activation checkpointing does). So compiled graphs never look
-inside the kernel, and data-dependent Python in it (``if x.mean() > 0``) keeps working.
+inside the kernel, and data-dependent Python in it (``if x.mean() > 0``) keeps working. Where
+providers choose, the forward also saves which providers were in force (``opclass_eager::providers``),
+and the recompute runs the provider they choose, whatever is in force when the backward runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 from typing import Any, Callable
 
 import torch
@@ -22,6 +25,7 @@ from opclass.core.types import returns_of
 from opclass.define.hookspec import Hook, HookContext
 from opclass.define.schema import op_exists
 from opclass.errors import raised_by_torch, reraise
+from opclass.install import orders
 from opclass.install.functions import AFTER_AUTOGRAD, Call, Formula, functions, top_level_differentiates
 from opclass.install.outputs import output_is_fresh
 from opclass.install.own_kernels import plain_keysets
@@ -38,6 +42,10 @@ _AUTOGRAD_EXCLUSIONS = (
 )
 _GRADS = "opclass_grad_outputs"
 _NEEDS = "opclass_needs_input_grad"
+#: Each (order, mode) an opaque forward of an op with providers ran under, numbered in first-seen order.
+_STATES: list[tuple[tuple[str, ...] | None, frozenset[str]]] = []
+_PROVIDERS: list[Any] = []  # the op that numbers them, and its library, once made
+_LOCK = threading.Lock()
 
 
 def eager_autograd_hook() -> Hook:
@@ -105,6 +113,7 @@ def _save_inputs(record: OpRecord) -> Callable[..., None]:
     def setup_context(ctx: Any, inputs: tuple[Any, ...], keyword_only_inputs: dict[str, Any], output: Any) -> None:
         ctx.opclass_inputs = (inputs, keyword_only_inputs)
         ctx.opclass_needs = [t.requires_grad for t in record.arguments.tensors(inputs, keyword_only_inputs)]
+        ctx.opclass_providers = [_providers_op()(record.qualname)] if record.table.has_providers else []
 
     return setup_context
 
@@ -113,7 +122,7 @@ def _call_backward_op(record: OpRecord, backward_op: Any) -> Callable[..., Any]:
     def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
         inputs, kw = ctx.opclass_inputs
         needs: list[bool] = ctx.opclass_needs
-        flat = iter(backward_op(*inputs, **kw, **{_GRADS: list(grads), _NEEDS: needs}) if any(needs) else ())
+        flat = iter(backward_op(*inputs, **kw, **{_GRADS: [*grads, *ctx.opclass_providers], _NEEDS: needs}) if any(needs) else ())
         need = iter(needs)
 
         def take(v: Any) -> Any:
@@ -136,6 +145,33 @@ def _kernel_for(record: OpRecord, args: tuple[Any, ...], kwargs: dict[str, Any])
     return dataclasses.replace(found, user=found.checked) if found is not None and found.choice is not None else found
 
 
+def _providers_op() -> Any:
+    """``opclass_eager::providers(str op) -> Tensor``: the number of the providers in force for
+    ``op`` (its order and the mode). Effectful: a compiled graph runs it in the forward and saves
+    its answer, where a pure op would be moved into the backward, under other providers."""
+    with _LOCK:
+        if not _PROVIDERS:
+            lib = torch.library.Library("opclass_eager", "FRAGMENT")
+            lib.define("providers(str op) -> Tensor")
+            lib.impl("providers", _number, "CompositeExplicitAutograd")
+            lib._register_fake("providers", lambda op: torch.empty((), dtype=torch.long))
+            # This module's spelling is the one torch 2.11 to 2.15 all have.
+            from torch._higher_order_ops.effects import _EffectType, _register_effectful_op
+
+            _register_effectful_op(torch.ops.opclass_eager.providers.default, _EffectType.ORDERED)
+            _PROVIDERS.extend((torch.ops.opclass_eager.providers.default, lib))
+    return _PROVIDERS[0]
+
+
+def _number(op: str) -> torch.Tensor:
+    state = orders.current()
+    key = (state.orders.get(op), state.mode)
+    with _LOCK:
+        if key not in _STATES:
+            _STATES.append(key)
+        return torch.tensor(_STATES.index(key))
+
+
 def _recompute_kernel(record: OpRecord) -> Callable[..., Any]:
     where = f"{record.qualname}_eager_backward"
 
@@ -145,6 +181,11 @@ def _recompute_kernel(record: OpRecord) -> Callable[..., Any]:
         kernel = _kernel_for(record, args, kwargs)
         if kernel is None:
             raise NotImplementedError(f"{where}: {record.cls_name} has no kernel for these inputs' device")
+        if len(grads) > record.outputs.n_returns:  # the providers in force in the forward choose
+            order, mode = _STATES[int(grads.pop())]
+            device = record.arguments.device_of(args, kwargs)
+            choice = record.table.choice(device if device in record.table.kernels else None, orders.State({record.qualname: order} if order else {}, mode))
+            kernel = dataclasses.replace(kernel, user=choice.run)
         leaves: list[torch.Tensor] = []
 
         def leaf(v: Any) -> Any:
@@ -183,21 +224,14 @@ def _fake_backward(record: OpRecord) -> Callable[..., Any]:
     return fake
 
 
-def check_differentiable(where: str, out: Any) -> None:
-    """Raise if grad was needed but no floating output of the kernel requires it; given the
-    exception the kernel raised instead, raise it naming the op and the kernel (a torch error)."""
-    if isinstance(out, Exception):
-        if not raised_by_torch(out):
-            raise out
-        inplace = "in-place operation" in str(out) or "inplace operation" in str(out)
-        reraise(out, where, "eager_autograd differentiates through the kernel, which must not write to its inputs: write to a copy (x = x.clone() first)" if inplace else "")
-    outs = out if isinstance(out, (tuple, list)) else (out,)
-    floating = [o for o in outs if isinstance(o, torch.Tensor) and (o.is_floating_point() or o.is_complex())]
-    if floating and not any(o.requires_grad for o in floating):
-        raise RuntimeError(
-            f"{where}: eager_autograd differentiates through the kernel, but its output does not require grad although an input does: "
-            "the kernel is not made of differentiable torch ops (NumPy, .detach(), torch.no_grad(), .data?). Write setup_context and backward instead."
-        )
+def check_differentiable(where: str, out: Exception) -> None:
+    """Raise the exception the kernel raised with autograd on, naming the op and the kernel where
+    torch raised it. (An output that needs no grad passes: plain torch gives the same function's
+    output so, ``x.new_zeros`` or an input left unused.)"""
+    if not raised_by_torch(out):
+        raise out
+    inplace = "in-place operation" in str(out) or "inplace operation" in str(out)
+    reraise(out, where, "eager_autograd differentiates through the kernel, which must not write to its inputs: write to a copy (x = x.clone() first)" if inplace else "")
 
 
 def direct_entry(record: OpRecord) -> Callable[..., Any]:
@@ -237,8 +271,6 @@ def eager_autograd_kernel(record: OpRecord) -> Callable[..., Any]:
                     check_differentiable(found.where, e)
                 if not (single and fresh(out)):
                     out = finish(found.where, args, kwargs, out)
-                if grad:
-                    check_differentiable(found.where, out)
                 return out
             if grad:
                 call_keyset = None if _C._are_functorch_transforms_active() else keyset

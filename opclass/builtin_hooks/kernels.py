@@ -19,6 +19,7 @@ from opclass.core.tracing import raise_in_trace
 from opclass.define.hookspec import Hook, HookContext
 from opclass.errors import first_line, formatdef
 from opclass.builtin_hooks import debug
+from opclass.builtin_hooks.providers import check_predicates
 from opclass.install.existing import fake_keys
 from opclass.install.fake import needs_real_data, no_fake, register_fake
 from opclass.install.record import OpRecord
@@ -49,13 +50,24 @@ def device_hook(device_type: str | None) -> Hook:
         options = dataclasses.replace(options_of(fn) or Options(None), devices=None if device_type is None else (device_type,))
         record.table.add(name, debug.wrap(record, name, fn), options, own=True, raw=fn)
 
+    def check(fn: Any, ctx: HookContext) -> None:
+        # Its devices are the hook's; supports= and available= apply (the op then chooses per call).
+        options = options_of(fn)
+        if options is None:
+            return
+        if options.devices is not None and options.devices != (device_type,):
+            on = f"runs on {device_type} tensors" if device_type else "runs on every device type"
+            ctx.fail(f"@opclass.provider({', '.join(map(repr, options.devices))}) on the op's own {name} kernel, which {on}", "drop the device from @opclass.provider, or make it a provider with another name")
+        if (problem := check_predicates(options, ctx.arguments)) is not None:
+            ctx.fail(*problem)
+
     every = device_type is None
     serves = "every device" if every else f"{device_type} tensors"
     keys = (key, "CompositeImplicitAutograd") if every else (key,)
     occupies = ((keys, f"a kernel for {serves}", f"drop {name}: the op's own kernel stays in charge"),)
     doc = f"kernel for {serves}".replace("every device", "every device type")
     fallback = _no_kernel if every else None
-    return Hook(name, install, kernel=True, backend=True, device_type=device_type, doc=doc, occupies=lambda value: occupies, aliases=("forward",) if every else (), fallback=fallback)
+    return Hook(name, install, check=check, kernel=True, backend=True, device_type=device_type, doc=doc, occupies=lambda value: occupies, aliases=("forward",) if every else (), fallback=fallback)
 
 
 def _no_kernel(record: OpRecord) -> None:

@@ -26,6 +26,8 @@ Example:
 
 from __future__ import annotations
 
+import functools
+import inspect
 import threading
 import types
 from typing import Any, Callable, Mapping, Sequence, TypeVar
@@ -34,13 +36,16 @@ from torch import _C
 
 from opclass.builtin_hooks import debug
 from opclass.core import memo
+from opclass.core.names import DEVICE_TYPES
+from opclass.core.types import MISTAKEN_DEVICES
+from opclass.define.arguments import Arguments
 from opclass.define.hookspec import MEMBER_OF, Hook, HookContext
 from opclass.errors import did_you_mean
 from opclass.install import orders
 from opclass.install.record import OpRecord
 from opclass.install.table import MARK, Options, options_of, slot_key
 
-__all__ = ["HOOK", "provider", "providers_hook", "options_of", "add", "take", "added"]
+__all__ = ["HOOK", "provider", "providers_hook", "options_of", "add", "take", "added", "check_predicates"]
 
 HOOK = "providers"
 F = TypeVar("F")
@@ -60,23 +65,27 @@ def provider(
 
     Args:
         device: the device type(s) it runs on (``"cuda"``, ``("cpu", "cuda")``); ``None``: every one.
-        supports: ``supports(*args, **kwargs) -> bool``, called with the op's arguments (defaults
-            filled in) before the provider may run: dtypes, sizes, alignment...
+        supports: ``supports(*args, **kwargs) -> bool``, called with the op's arguments as a
+            kernel is (defaults filled in) before the provider may run: dtypes, sizes,
+            alignment... A parameter named as an argument of the op must sit at its place; the
+            answer must be ``True`` or ``False`` (anything else raises ``TypeError``).
         available: ``available() -> bool``, asked once per install: a library imports, a compute
-            capability, an environment. An exception counts as ``False``, its text as the reason.
+            capability, an environment. ``ImportError``, ``OSError`` or ``RuntimeError`` counts as
+            ``False``, its text as the reason; another exception is a bug and raises.
         batch_invariant: row i of a batched output does not depend on the other rows (a
             batch-invariant mode runs only such providers; ``opclass.testing.check_op`` checks it).
         deterministic: the same inputs give the same bits (a deterministic mode runs only such).
         atol, rtol: tolerances against the reference in ``opclass.testing.check_op`` and debug mode.
 
-    On the op's own kernel hooks (``default``, ``cpu``...) it declares only the flags and
-    tolerances of that kernel. Example: in the module docstring.
+    On the op's own kernel hooks (``default``, ``cpu``...) it declares that kernel's flags,
+    tolerances, ``supports`` and ``available`` (not its device: the hook's). Example: in the
+    :mod:`opclass.builtin_hooks.providers` docstring.
     """
     options = Options(_devices(device), supports, available, bool(batch_invariant), bool(deterministic), atol, rtol)
 
     def mark(fn: F) -> F:
         inner = fn.__func__ if isinstance(fn, staticmethod) else fn
-        if not isinstance(inner, types.FunctionType):
+        if not callable(inner):
             raise TypeError(f"opclass.provider(...) decorates a function, not {inner!r}")
         copy = _copy(inner)  # its own options, even where one function is the provider of two ops
         setattr(copy, MARK, options)
@@ -87,18 +96,21 @@ def provider(
 
 
 def _devices(device: str | Sequence[str] | None) -> tuple[str, ...] | None:
-    if device is None:
-        return None
-    devices = (device,) if isinstance(device, str) else tuple(device)
-    for d in devices:
-        try:
-            _C._dispatch_key_for_device(d)
-        except (RuntimeError, TypeError):
-            raise ValueError(f"opclass.provider: {d!r} is not a torch device type (write e.g. 'cpu' or 'cuda')") from None
-    return devices
+    return None if device is None else (device,) if isinstance(device, str) else tuple(device)
 
 
-def _copy(fn: types.FunctionType) -> types.FunctionType:
+def _copy(fn: Any) -> Any:
+    if not isinstance(fn, types.FunctionType):  # a functools.partial, a bound method, a callable object
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return fn(*args, **kwargs)
+
+        sig, bound = inspect.signature(fn), fn.keywords if isinstance(fn, functools.partial) else {}
+        # What it takes from the op's caller (a partial's keywords are its own), checked as a kernel's.
+        call.__signature__ = sig.replace(parameters=[p for p in sig.parameters.values() if p.name not in bound])  # type: ignore[attr-defined]
+        call.__name__ = call.__qualname__ = getattr(fn, "__name__", type(fn).__name__)
+        call.__annotations__ = dict(getattr(fn, "__annotations__", {}))
+        return call
     copy = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
     copy.__kwdefaults__, copy.__annotations__, copy.__qualname__ = fn.__kwdefaults__, dict(fn.__annotations__), fn.__qualname__
     copy.__module__, copy.__doc__ = fn.__module__, fn.__doc__
@@ -141,27 +153,50 @@ def _check(members: Mapping[str, Any], ctx: HookContext) -> None:
         options = options_of(fn)
         if options is None:
             ctx.fail(f"member {name!r} carries no provider options", "declare it with @opclass.provider(...) or opclass.add_provider")
+        if not name.isidentifier():
+            ctx.fail(f"{name!r} is no provider name: orders list names between ',' and ';'", "name it as a Python identifier (letters, digits, _)")
+        for d in options.devices or ():
+            if d not in (*DEVICE_TYPES, _C._get_privateuse1_backend_name()):
+                guess = MISTAKEN_DEVICES.get(str(d).lower()) or did_you_mean(str(d), DEVICE_TYPES)
+                ctx.fail(f"provider {name!r}: {d!r} is not a device type a kernel runs on (those are {', '.join(DEVICE_TYPES)})", f"did you mean {guess!r}?" if guess else "write e.g. 'cpu' or 'cuda'")
         if options.devices and not any(a.holds_tensor for a in ctx.arguments) and not any(a.is_device for a in ctx.arguments):
             ctx.fail(f"provider {name!r} runs on {', '.join(options.devices)}, but an op with no Tensor inputs cannot pick a device", "add a device: torch.device parameter, or declare it for every device")
-        for label, check, params in (("supports", options.supports, ctx.arguments.names), ("available", options.available, [])):
-            if check is None:
-                continue
-            if not callable(check):
-                ctx.fail(f"provider {name!r}: {label}={check!r} is not callable", f"pass a function: {label}=lambda {', '.join(params)}: ...")
-            try:
-                memo.signature(check).bind(*params)
-            except TypeError as e:
-                ctx.fail(f"provider {name!r}: {label}() cannot take the op's arguments ({', '.join(params) or 'none'}): {e}", f"write {label}=lambda {', '.join(params)}: ...")
-            except ValueError:
-                pass  # a builtin without a signature: called as it is
+        if (problem := check_predicates(options, ctx.arguments)) is not None:
+            ctx.fail(f"provider {name!r}: {problem[0]}", problem[1])
     if "composite" in ctx.defined or "autograd" in ctx.defined:
         ctx.fail("an op whose body is a composite or autograd kernel has no device kernel to choose", "drop the providers, or write the body as default")
-    names = [*members, *(h for h in ctx.defined if ctx.hooks[h].backend and h != HOOK)]
-    source = orders.ENV if ctx.qualname in orders.ENV_STATE.orders else "opclass.set_provider_order"
-    for name in orders.global_state().orders.get(ctx.qualname, ()):
-        if name not in names:
-            guess = did_you_mean(name, names)
-            ctx.fail(f"{source} names provider {name!r}, which {ctx.qualname} does not have (it has {', '.join(names)})", f"did you mean {guess!r}?" if guess else f"name providers of {ctx.qualname} only")
+
+
+def check_predicates(options: Options, arguments: Arguments) -> tuple[str, str] | None:
+    """Why ``options.supports`` cannot be the predicate (called as the kernels are: positional
+    arguments by place, keyword-only ones by name) or ``options.available`` the check (no
+    arguments): ``(problem, fix)``, or ``None``. A parameter named as one of the op's arguments
+    must sit at that argument's place; other names are taken by place (none can be mistaken for
+    another argument)."""
+    for label, check in (("supports", options.supports), ("available", options.available)):
+        if check is not None and (problem := _predicate_problem(label, check, arguments if label == "supports" else None)) is not None:
+            return problem
+    return None
+
+
+def _predicate_problem(label: str, check: Any, arguments: Arguments | None) -> tuple[str, str] | None:
+    names = arguments.names if arguments is not None else []
+    fix = f"write {label}=lambda {arguments.parameters(defaults=False)[1:-1] if arguments is not None else ''}: ..."
+    if not callable(check):
+        return f"{label}={check!r} is not callable", fix
+    try:
+        sig = memo.signature(check)
+    except ValueError:
+        return None  # a builtin without a signature: called as it is
+    places = [a.name for a in arguments or () if not a.keyword_only]
+    for i, p in enumerate(sig.parameters.values()):
+        if p.kind is p.POSITIONAL_OR_KEYWORD and p.name in places and (i >= len(places) or places[i] != p.name):
+            return f"{label}() has parameter {p.name!r} at place {i + 1}, where the op has {places[i] if i < len(places) else 'no argument'!r}: it would get another argument", fix
+    try:
+        sig.bind(*places, **{a.name: None for a in arguments or () if a.keyword_only})
+    except TypeError as e:
+        return f"{label}() cannot take the op's arguments ({', '.join(names) or 'none'}): {e}", fix
+    return None
 
 
 def _install(record: OpRecord, members: Mapping[str, Any]) -> None:

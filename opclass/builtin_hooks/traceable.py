@@ -76,7 +76,7 @@ def _decomposition_rule(record: OpRecord, traced: dict[str | None, Callable[...,
         fn = traced.get(device, default)
         table = record.table
         if fn is not None and table.has_providers:
-            chosen = table.now(device if device in table.kernels else None).pick(args, kwargs)
+            chosen, table.traced = table.now(device if device in table.kernels else None).pick(args, kwargs), True
             fn = chosen.raw if chosen is not None else None
         if fn is None:
             return mode.__torch_dispatch__(func, types, args, kwargs)

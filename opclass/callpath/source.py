@@ -45,6 +45,7 @@ from opclass.install.functions import Call, functions
 from opclass.install import orders
 from opclass.install.outputs import INLINE_NAMES, INLINE_TEST, output_is_fresh
 from opclass.install.record import OpRecord
+from opclass.install.table import not_bool
 
 __all__ = ["call_source", "c_entry", "merge_keywords", "call_original", "call_passed"]
 
@@ -290,8 +291,9 @@ class _Body:
             self.closure.update({f"_u_{device}_{i}": e.fn, f"_where_{device}_{i}": e.where})
             if e.options.supports is None:
                 return lines + self._call(f"_u_{device}_{i}", f"_where_{device}_{i}", ind, differentiable, inline_fresh)
-            self.closure[f"_p_{device}_{i}"] = e.options.supports
-            lines += [f"{ind}if _p_{device}_{i}({table.call()}):", *self._call(f"_u_{device}_{i}", f"_where_{device}_{i}", ind + "    ", differentiable, inline_fresh)]
+            self.closure.update({f"_p_{device}_{i}": e.options.supports, f"_nb_{device}_{i}": functools.partial(not_bool, e)})
+            lines += [f"{ind}_r = _p_{device}_{i}({table.call()})", f"{ind}if _r is not False:", f"{ind}    if _r is not True:", f"{ind}        _nb_{device}_{i}(_r)"]
+            lines += self._call(f"_u_{device}_{i}", f"_where_{device}_{i}", ind + "    ", differentiable, inline_fresh)
         self.closure[f"_refuse_{device}"] = choice.refuse
         return lines + [f"{ind}return _refuse_{device}({table.call()})"]  # no candidate takes it
 
@@ -311,8 +313,6 @@ class _Body:
             lines += [f"{ind}if _out is not None:", f"{ind}    {finish}"]
         else:
             lines.append(f"{ind}{finish}")
-        if differentiable:
-            lines.append(f"{ind}_check_differentiable({where}, _out)")
         return lines + [f"{ind}return _out"]
 
 

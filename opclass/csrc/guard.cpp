@@ -314,12 +314,11 @@ PyObject* fast_call(PyObject* fast, const char* spec, PyObject* const* args, Py_
     PyObject* picked = PyTuple_GET_ITEM(target, n - 1);
     for (Py_ssize_t i = 0; i + 1 < n; i += 2) {
       PyObject* ok = PyObject_Vectorcall(PyTuple_GET_ITEM(target, i), args, static_cast<size_t>(nargs), nullptr);
-      int truth = ok == nullptr ? -1 : PyObject_IsTrue(ok);
-      Py_XDECREF(ok);
-      if (truth < 0) {
-        return nullptr;
+      Py_XDECREF(ok);  // True and False outlive it; anything else: the generated call raises
+      if (ok == nullptr || (ok != Py_True && ok != Py_False)) {
+        return ok == nullptr ? nullptr : Py_NewRef(Py_NotImplemented);
       }
-      if (truth) {
+      if (ok == Py_True) {
         picked = PyTuple_GET_ITEM(target, i + 1);
         break;
       }

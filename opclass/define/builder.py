@@ -31,7 +31,7 @@ from opclass.core.types import DEVICE_TYPES, MISTAKEN_DEVICES
 from opclass.define import schema as schemas
 from opclass.define.annotations import SchemaProblem, config_name, configs_of
 from opclass.define.arguments import Arguments
-from opclass.define.hookspec import MEMBER_OF, Hook, HookContext, hooks, kernels_of, member_hook, parameters_of
+from opclass.define.hookspec import ADDED_BY, MEMBER_OF, Hook, HookContext, hooks, kernels_of, member_hook, parameters_of
 from opclass.define.spec import Keywords, OpSpec
 from opclass.errors import definition_error, did_you_mean, formatdef
 
@@ -83,6 +83,9 @@ class OpBuilder:
         self.configs: dict[str, type] = {}
 
     def fail(self, hook: str | None, problem: str, fix: str = "", fn: Any = None) -> NoReturn:
+        if (by := getattr(fn, ADDED_BY, None)) is not None:  # the class's author does not own it
+            problem += f" (it was added to the op from outside the class, by opclass.add_provider in {by})"
+            fix = f"opclass.remove_provider({self.cls_name}, {hook!r}) first, or have {by} add it again with the op's new parameters"
         raise definition_error(self.cls_name, hook, fn, problem, fix)
 
     # ------------------------------------------------------------------ 1. collect
@@ -383,4 +386,7 @@ class OpBuilder:
 
 
 def _unwrap(raw: Any) -> Any:
-    return raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
+    # Twice where @staticmethod sits above a decorator that returns one (@opclass.provider).
+    while isinstance(raw, (staticmethod, classmethod)):
+        raw = raw.__func__
+    return raw

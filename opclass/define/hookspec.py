@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from opclass.define.arguments import Arguments
     from opclass.install.record import OpRecord  # the install layer is above this one: types only
 
-__all__ = ["Hook", "HookContext", "MEMBER_OF", "register_hook", "unregister_hook", "hooks"]
+__all__ = ["Hook", "HookContext", "MEMBER_OF", "ADDED_BY", "register_hook", "unregister_hook", "hooks"]
 
 
 @dataclasses.dataclass
@@ -131,6 +131,8 @@ class Hook:
 
 #: The attribute that marks a function as a member of a hook's collection (see ``Hook.members``).
 MEMBER_OF = "__opclass_member_of__"
+#: Set on a member given from outside its class: the module that gave it (errors name it).
+ADDED_BY = "__opclass_added_by__"
 
 _HOOKS: dict[str, Hook] = {}
 _LOCK = threading.Lock()

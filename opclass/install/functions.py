@@ -195,6 +195,13 @@ def _formulas(record: OpRecord) -> tuple[type[torch.autograd.Function], Callable
                 + (f", optionally followed by one per keyword-only input ({n_pos + n_kw} in all)" if kw_only else "")
                 + ": return None for an input with no gradient"
             )
+        # Keyword-only gradients may be left off, but not one an input needs: only None says "none".
+        needed = zip(kw_only, ctx.needs_input_grad[n_pos:]) if n_kw and len(result) == n_pos else ()
+        if missing := [repr(a.name) for a, needs in needed if (any(needs) if isinstance(needs, (list, tuple)) else needs)]:
+            raise RuntimeError(
+                f"{where} returned no gradient for the keyword-only {', '.join(missing)}, which require{'s' * (len(missing) == 1)} grad: "
+                f"return one gradient per input, keyword-only ones last ({n_pos + n_kw} in all), None for an input with no gradient"
+            )
         for i, name, kind in not_tensors:
             if i < len(result) and result[i] is not None:
                 raise RuntimeError(

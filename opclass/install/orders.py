@@ -15,9 +15,11 @@ import contextlib
 import contextvars
 import dataclasses
 import os
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
-__all__ = ["ENV", "MODE_ENV", "FLAGS", "State", "Block", "BLOCK", "global_state", "current", "set_order", "set_mode", "block", "ENV_STATE", "version"]
+from opclass.errors import did_you_mean
+
+__all__ = ["ENV", "MODE_ENV", "FLAGS", "State", "Block", "BLOCK", "global_state", "current", "set_order", "set_mode", "block", "ENV_STATE", "version", "source", "check_env", "near_misses"]
 
 ENV, MODE_ENV = "OPCLASS_PROVIDERS", "OPCLASS_PROVIDER_MODE"
 FLAGS = ("batch_invariant", "deterministic")
@@ -35,21 +37,49 @@ class State:
         return State({**base.orders, **self.orders}, base.mode | self.mode)
 
 
-def _parse_env() -> tuple[dict[str, tuple[str, ...]], frozenset[str]]:
+def _parse_env(raw: str, raw_mode: str) -> tuple[dict[str, tuple[str, ...]], frozenset[str]]:
     orders: dict[str, tuple[str, ...]] = {}
-    for item in filter(None, (part.strip() for part in os.environ.get(ENV, "").split(";"))):
-        op, sep, names = item.partition("=")
-        if not sep or "::" not in op or not names.strip():
-            raise ValueError(f"{ENV}={os.environ[ENV]!r}: write op=provider,provider;... e.g. 'mylib::rms_norm=triton,default'")
-        orders[op.strip()] = tuple(n.strip() for n in names.split(",") if n.strip())
-    mode = frozenset(m.strip() for m in os.environ.get(MODE_ENV, "").split(",") if m.strip())
+    for item in filter(None, (part.strip() for part in raw.split(";"))):
+        op, sep, text = item.partition("=")
+        names, op = tuple(n.strip() for n in text.split(",") if n.strip()), op.strip()
+        if not sep or "::" not in op or not names:
+            raise ValueError(f"{ENV}={raw!r}: write op=provider,provider;... e.g. 'mylib::rms_norm=triton,default'")
+        for name in names:
+            if not name.isidentifier():
+                fix = "separate two ops' entries with ';'" if "=" in name or "::" in name else "a provider's name is a Python identifier"
+                raise ValueError(f"{ENV}={raw!r}: {name!r} in the order of {op} is no provider name: {fix}")
+            if names.count(name) > 1:
+                raise ValueError(f"{ENV}={raw!r}: the order of {op} names {name!r} twice: name each provider once")
+        if op in orders:
+            raise ValueError(f"{ENV}={raw!r}: {op} has two entries: give each op one")
+        orders[op] = names
+    mode = frozenset(m.strip() for m in raw_mode.split(",") if m.strip())
     if mode - set(FLAGS):
-        raise ValueError(f"{MODE_ENV}={os.environ[MODE_ENV]!r}: {', '.join(sorted(mode - set(FLAGS)))} is no flag; the flags are {', '.join(FLAGS)}")
+        raise ValueError(f"{MODE_ENV}={raw_mode!r}: {', '.join(sorted(mode - set(FLAGS)))} is no flag; the flags are {', '.join(FLAGS)}")
     return orders, mode
 
 
+def _read() -> tuple[str, str]:
+    return os.environ.get(ENV, ""), os.environ.get(MODE_ENV, "")
+
+
+_RAW = _read()
+
+
+def check_env() -> None:
+    """The variables as they were at import; a later change is an error, never ignored (each op
+    and each choice reads the state parsed at import)."""
+    now = _read()
+    for name, was, is_now in zip((ENV, MODE_ENV), _RAW, now):
+        if was != is_now:
+            raise RuntimeError(
+                f"{name} changed after opclass was imported (from {was!r} to {is_now!r}); opclass reads it once, at import: "
+                f"set it before importing opclass (or the library that defines your ops), or use opclass.set_provider_order / set_provider_mode / use_providers in code"
+            )
+
+
 #: The deployment's orders and mode, as the variables said at import.
-ENV_STATE = State(*_parse_env())
+ENV_STATE = State(*_parse_env(*_RAW))
 _code = State()
 #: The process-wide state (the environment's over the code's), replaced whole on each change, and
 #: a count of the changes (a block's merged state is recomputed when it moved).
@@ -113,6 +143,20 @@ def current() -> State:
     """The state a call in this context sees: its blocks over the process-wide state."""
     open_block = BLOCK.get()
     return global_state() if open_block is None else open_block.state
+
+
+def near_misses(qualname: str, live: Callable[[str], bool]) -> list[str]:
+    """The ops the deployment's orders name that are no ``live`` op and that ``qualname`` looks
+    like: typos, which would otherwise never apply with no word."""
+    return [name for name in ENV_STATE.orders if name != qualname and not live(name) and did_you_mean(name, [qualname]) == qualname]
+
+
+def source(qualname: str) -> str:
+    """What set the order in force for ``qualname`` in this context, as errors name it."""
+    open_block = BLOCK.get()
+    if open_block is not None and qualname in open_block.own.orders:
+        return "opclass.use_providers"
+    return ENV if qualname in ENV_STATE.orders else "opclass.set_provider_order"
 
 
 @contextlib.contextmanager

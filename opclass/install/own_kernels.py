@@ -23,6 +23,7 @@ import torch
 import torch.autograd.forward_ad as _forward_ad
 from torch import _C
 from torch.fx.node import _side_effectful_functions
+from torch.utils._python_dispatch import _disable_current_modes
 
 from opclass.core import native
 from opclass.core.types import DEVICE_CODES, GRAD, autograd_keysets, same_values, tensors_in
@@ -158,13 +159,14 @@ def check_mutation(record: OpRecord, args: tuple[Any, ...], kwargs: dict[str, An
         raise RuntimeError(
             _write_with_history(record, unseen.name, "whose values cannot be compared here (a FakeTensor, a meta Tensor, or under a torch.func transform), so its gradients may be those of its value before the write")
         )
-    before = [(t, t.detach().clone()) for t in record.arguments.tensors(args, kwargs, record.arguments.written)]
+    with _disable_current_modes():  # a user's dispatch mode sees the op (as with custom_op), not its check
+        before = [(t, t.detach().clone()) for t in record.arguments.tensors(args, kwargs, record.arguments.written)]
 
     def check() -> None:
-        changed = next((a for a, t in at_risk for u, b in before if u is t and not same_values(b, t.detach())), None)
-        if changed is None:
-            return
-        with torch.no_grad():
+        with _disable_current_modes(), torch.no_grad():
+            changed = next((a for a, t in at_risk for u, b in before if u is t and not same_values(b, t.detach())), None)
+            if changed is None:
+                return
             for t, b in before:
                 t.copy_(b)
         raise RuntimeError(_write_with_history(record, changed.name, "and the kernel changed its values, which are put back: its gradients would silently be those of its value before the write"))

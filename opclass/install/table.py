@@ -28,7 +28,7 @@ import torch
 from torch import _C
 
 from opclass.core.shield import shield
-from opclass.errors import did_you_mean, first_line
+from opclass.errors import did_you_mean, first_line, definition_error
 from opclass.install import orders
 from opclass.install.outputs import output_is_fresh
 
@@ -40,6 +40,8 @@ __all__ = ["Options", "Entry", "Kernel", "Choice", "KernelTable", "options_of", 
 #: The attribute ``opclass.provider`` sets on a function: its :class:`Options`.
 MARK = "__opclass_provider__"
 _COMPOSITE = "CompositeExplicitAutograd"
+#: What ``available()`` raises when the provider cannot run here (anything else is a bug in it).
+UNAVAILABLE = (ImportError, OSError, RuntimeError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,17 +83,27 @@ class Entry:
     raw: Callable[..., Any]
     #: The hook that added it (whose installer was running).
     hook: str
+    table: KernelTable
     checked: Callable[..., Any] = dataclasses.field(default=lambda *a, **k: None)
     _available: tuple[bool, str] | None = None
 
     def available(self) -> tuple[bool, str]:
-        """``(available, why not)``, asked once."""
+        """``(available, why not)``, asked once. ``available()`` raising ImportError, OSError or
+        RuntimeError (a library, a shared object or a device missing) says "no", with its text as
+        the reason; any other exception is a bug in ``available()`` and surfaces."""
         if self._available is None:
-            check = self.options.available
+            check, why, record = self.options.available, "available() returned False", self.table.record
             try:
-                self._available = (True, "") if check is None or check() else (False, "available() returned False")
-            except Exception as e:  # noqa: BLE001 - an availability check that raises says "no"
-                self._available = (False, f"available() raised {first_line(e)}")
+                found = True if check is None else check()
+            except UNAVAILABLE as e:
+                found, why = False, f"available() raised {first_line(e)}"
+            except Exception as e:
+                problem = f"available() raised {first_line(e)}, which says nothing about whether the provider can run"
+                fix = "fix available(); to say the provider cannot run here, return False or raise ImportError('what is missing')"
+                raise definition_error(record.cls_name, self.name, self.raw, problem, fix) from e
+            if type(found) is not bool:
+                raise definition_error(record.cls_name, self.name, self.raw, f"available() returned {found!r}, not a bool", "return True or False (e.g. find_spec('lib') is not None)")
+            self._available = (found, "" if found else why)
         return self._available
 
     def runs_on(self, device: str | None) -> bool:
@@ -139,8 +151,11 @@ class Choice:
         self.reasons += [(e, "not in the order in force") for e in table.entries if e not in ranked]
         candidates = [e for e, why in self.reasons if why is None]
         upto = next((i + 1 for i, e in enumerate(candidates) if e.options.supports is None), len(candidates))
+        #: The names the order in force gives that the op does not have: every call is refused
+        #: (an order that cannot apply is an error, not a shorter order).
+        self.missing = [n for n in state.orders.get(table.qualname, ()) if n not in {e.name for e in table.entries}]
         #: What a call may run, in order: up to the first candidate without a predicate.
-        self.tried: tuple[Entry, ...] = tuple(candidates[:upto])
+        self.tried: tuple[Entry, ...] = () if self.missing else tuple(candidates[:upto])
         self._complete = table.record.arguments.complete
 
     def pick(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Entry | None:
@@ -152,8 +167,11 @@ class Choice:
             if supports is None:
                 return e
             full = full or self._complete(args, kwargs)
-            if supports(*full[0], **full[1]):
+            said = supports(*full[0], **full[1])
+            if said is True:
                 return e
+            if said is not False:
+                not_bool(e, said)
         return None
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
@@ -179,6 +197,13 @@ class Choice:
         """Raise the error of a call no entry takes (every route raises this one)."""
         reasons = "; ".join(f"{e.name}: {why or 'supports() returned False'}" for e, why in self.reasons)
         record = self.table.record
+        if self.missing:
+            known = [e.name for e in self.table.entries]
+            guesses = [f"{n!r} (did you mean {g!r}?)" if (g := did_you_mean(n, known)) else repr(n) for n in self.missing]
+            raise RuntimeError(
+                f"{record.qualname}: {orders.source(record.qualname)} names provider {', '.join(guesses)}, which it does not have (it has {', '.join(known)}); "
+                f"the order cannot apply, so no call runs. Add the provider (import the package that adds it), or name only providers it has"
+            )
         raise RuntimeError(
             f"{record.qualname}: no provider runs this call ({describe_call(record, args, kwargs)}): {reasons}. "
             f"Add a provider that accepts it, or let one that does run (opclass.use_providers / set_provider_order / {orders.ENV})"
@@ -188,8 +213,15 @@ class Choice:
         """Each entry with why it does not run this call (``None``: it runs), in order."""
         chosen = self.pick(args, kwargs)
         declined = self.tried if chosen is None else self.tried[: self.tried.index(chosen)]
-        why_not = {e: "supports() returned False" if e in declined else "an earlier provider runs" for e, why in self.reasons if why is None}
+        blocked = f"the order names {', '.join(map(repr, self.missing))}, which the op does not have" if self.missing else "an earlier provider runs"
+        why_not = {e: "supports() returned False" if e in declined else blocked for e, why in self.reasons if why is None}
         return [(e, None if e is chosen else why_not.get(e, why)) for e, why in self.reasons]
+
+
+def not_bool(e: Entry, said: object) -> NoReturn:
+    """A predicate answered something other than ``True`` or ``False`` (a ``def`` without
+    ``return`` says ``None``): an error, not a "no"."""
+    raise TypeError(f"{e.where}: supports() returned {said!r} ({type(said).__name__}), not a bool; return True or False (a def without return says None)")
 
 
 _PROFILING = _C._autograd._profiler_enabled
@@ -208,10 +240,12 @@ class KernelTable:
         self._wrappers: list[Callable[[Entry], Callable[..., Any] | None]] = []
         self._static: dict[str | None, Choice] = {}
         self._memo: dict[tuple[str | None, tuple[str, ...] | None, frozenset[str]], Choice] = {}
+        #: A trace chose from this table: graphs compiled then keep that choice.
+        self.traced = False
 
     def add(self, name: str, fn: Callable[..., Any], options: Options, *, own: bool, raw: Callable[..., Any] | None = None) -> None:
         """Add a kernel: the op's own (``own``: a device hook's or ``default``), else a provider."""
-        self.entries.append(Entry(name, fn, self.record.where(name), options, own, fn if raw is None else raw, self.record.lib.installing))
+        self.entries.append(Entry(name, fn, self.record.where(name), options, own, fn if raw is None else raw, self.record.lib.installing, self))
 
     def wrap(self, wrapper: Callable[[Entry], Callable[..., Any] | None]) -> None:
         """Have every entry's ``fn`` replaced by ``wrapper(entry)`` where that is not ``None``
@@ -227,14 +261,19 @@ class KernelTable:
         found = self.own().get(device) or self.own().get(None)
         return found.where if found is not None else None
 
+    def entry(self, name: str) -> Entry:
+        return next(e for e in self.entries if e.name == name)
+
     @property
     def has_providers(self) -> bool:
-        return any(not e.own for e in self.entries)
+        """Whether each call chooses: the op has providers, or an own kernel that may decline
+        (``supports``/``available`` given to ``opclass.provider`` on it)."""
+        return any(not e.own or e.options.supports or e.options.available for e in self.entries)
 
     @property
     def _chooser(self) -> str:
         """How the kernel that chooses is named: after the hook that added the providers."""
-        return next(e.hook for e in self.entries if not e.own)
+        return next((e.hook for e in self.entries if not e.own), self.entries[0].hook)
 
     def register(self) -> None:
         """Register each slot's kernel once: an entry's own where the op has no providers, else the
@@ -302,8 +341,15 @@ class KernelTable:
 
     def check_order(self, names: Sequence[str], source: str) -> tuple[str, ...]:
         """``names``, as a tuple, where they are all this op's providers, else a ``ValueError`` says which is not."""
+        if isinstance(names, str):
+            raise TypeError(f"{source} takes the provider names of {self.qualname} as a list, not the string {names!r}: write [{names!r}]")
+        names = tuple(names)
         known = [e.name for e in self.entries]
         for name in names:
+            if not isinstance(name, str):
+                raise TypeError(f"{source}: {name!r} in the order of {self.qualname} is no provider name (str); it has {', '.join(known)}")
+            if names.count(name) > 1:
+                raise ValueError(f"{source} names provider {name!r} twice for {self.qualname}: name each once")
             if name not in known:
                 guess = did_you_mean(name, known)
                 raise ValueError(f"{source} names provider {name!r} for {self.qualname}, which has {', '.join(known)}" + (f": did you mean {guess!r}?" if guess else ""))
@@ -311,8 +357,9 @@ class KernelTable:
 
     def shown(self) -> str:
         """``providers: a (cpu; supports()), b (any device)``: the order in force, for ``repr(record)``."""
-        parts = []
-        for e in self.ranked(orders.global_state()):
+        state = orders.global_state()
+        parts = [f"{n} (missing: no call runs)" for n in self.choice(None, state).missing]
+        for e in self.ranked(state):
             marks = {"unavailable": not e.available()[0], "supports()": e.options.supports is not None}
             notes = [e.runs_where, *sorted(e.options.flags()), *(mark for mark, on in marks.items() if on)]
             parts.append(f"{e.name} ({'; '.join(notes)})")

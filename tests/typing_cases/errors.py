@@ -61,3 +61,15 @@ def wrong_kernel(x: Tensor, k: str = "1") -> Tensor:
 # M: error: Argument 1 to "add_provider" has incompatible type "type[Provided]"; expected "Callable[[Tensor, str], Tensor] | str"  [arg-type]
 # P: error: Argument of type "(x: Tensor, k: str = "1") -> Tensor" cannot be assigned to parameter "fn" of type "(**P@add_provider) -> R@add_provider" in function "add_provider"  [reportArgumentType]
 opclass.add_provider(Provided, "wrong", wrong_kernel, "cpu")
+
+
+def short_kernel(x: Tensor) -> Tensor:
+    return x
+
+
+# A provider takes every parameter of the op, defaulted ones too, as the runtime requires. mypy's
+# Callable[P, R] alone lets fn leave k out (the op is callable without it): the plugin's check.
+# Pyright has no plugins and the annotation cannot say it.
+# M: error: Provider "short" for "Provided" takes "def short_kernel(x: Tensor) -> Tensor"; a provider takes every parameter of the op, by name, with its default: "def Provided(x: Tensor, k: float = ...) -> Tensor"  [arg-type]
+# P: none
+opclass.add_provider(Provided, "short", short_kernel, "cpu")
