@@ -1,6 +1,5 @@
-"""Samples of an op, for its checks and tuning: :class:`Sample` (public as
-``opclass.testing.Sample``), an op's samples (its ``samples()`` hook, or given), and fresh copies
-of a sample's inputs for each call.
+"""Samples of an op, for its checks and tuning: :class:`Sample` (``opclass.testing.Sample``), an
+op's samples (its ``samples()`` hook, or given), and fresh copies of a sample's inputs per call.
 
 Example:
     >>> import torch

@@ -7,6 +7,7 @@ import dis
 import inspect
 import os
 import re
+import sys
 from typing import Any, Iterable, NoReturn
 
 __all__ = ["OpDefinitionError"]
@@ -113,3 +114,12 @@ def reraise(e: BaseException, where: str, fix: str = "") -> NoReturn:
     if new is None:
         raise e
     raise new.with_traceback(e.__traceback__) from e
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside opclass (the class statement)."""
+    here = os.path.dirname(__file__)
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(here):
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level

@@ -19,8 +19,6 @@ Example:
 
 from __future__ import annotations
 
-import os
-import sys
 import warnings
 import weakref
 from typing import Any, Callable
@@ -28,6 +26,7 @@ from typing import Any, Callable
 from opclass.callpath import classcall
 from opclass.core import memo, native
 from opclass.define.builder import OpBuilder
+from opclass.errors import user_stacklevel
 from opclass.install import orders
 from opclass.install import record as records
 from opclass.install.installer import check_name, defined_outside, in_place, install
@@ -76,7 +75,7 @@ def define(cls: type, given: dict[str, Any], unknown: dict[str, Any]) -> None:
     if old is not None:
         _warn_if_other_owner(old, cls)
     for named in orders.near_misses(spec.qualname, lambda name: records.lookup(name) is not None):
-        warnings.warn(f"{orders.ENV} names {named}, which is no op (yet): did you mean {spec.qualname}, defined here?", UserWarning, stacklevel=_user_stacklevel())
+        warnings.warn(f"{orders.ENV} names {named}, which is no op (yet): did you mean {spec.qualname}, defined here?", UserWarning, stacklevel=user_stacklevel())
 
 
 def _restore(old: records.OpRecord) -> None:
@@ -182,14 +181,7 @@ def _warn_if_other_owner(old: records.OpRecord, owner: type) -> None:
         f"{now} replaces the op {old.qualname} defined by {was}: two classes give the same name. "
         f"Give one of them another name= (or call opclass.remove({before.__name__}) first if replacing it is intended).",
         UserWarning,
-        stacklevel=_user_stacklevel(),
+        stacklevel=user_stacklevel(),
     )
 
 
-def _user_stacklevel() -> int:
-    """The ``stacklevel`` that points a warning at the first frame outside opclass (the class statement)."""
-    here = os.path.dirname(__file__)
-    frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_code.co_filename.startswith(here):
-        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
-    return level

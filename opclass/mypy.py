@@ -39,8 +39,6 @@ _META = "opclass"  # key in TypeInfo.metadata, which mypy's cache keeps
 # Built-in kernel hooks, in the order the signature is looked for (all must agree at runtime).
 _KERNELS = tuple(name for name, kind in HOOK_KINDS.items() if kind in ("backend", "kernel"))
 _BACKENDS = frozenset(name for name, kind in HOOK_KINDS.items() if kind == "backend")
-# Built-in hooks that make no op; any other public static method might be a third-party kernel.
-_NOT_BACKENDS = frozenset(HOOK_KINDS) - _BACKENDS
 # Literal expressions that cannot be a str keyword, and the type mypy would name.
 _NOT_STR: dict[type, str] = {IntExpr: "int", FloatExpr: "float", BytesExpr: "bytes", ComplexExpr: "complex"}
 # A parameter's mypy kind by (keyword-only, has a default).
@@ -113,9 +111,7 @@ def _check_keywords(ctx: ClassDefContext) -> None:
     """mypy skips checking class keywords against ``__init_subclass__`` when the class has a
     custom metaclass (it cannot know what the metaclass consumes); ours consumes none."""
     for key, expr in ctx.cls.keywords.items():
-        if key == "metaclass":
-            continue
-        if key not in CLASS_KEYWORDS:
+        if key not in CLASS_KEYWORDS and key != "metaclass":
             ctx.api.fail(f'Unexpected keyword argument "{key}" for "__init_subclass__" of "CustomOp"', expr, code=CALL_ARG)
         elif key in ("existing", "name", "namespace", "schema") and (type(expr) in _NOT_STR or (key == "existing" and isinstance(expr, StrExpr))):
             found = "str" if isinstance(expr, StrExpr) else _NOT_STR[type(expr)]
@@ -145,7 +141,7 @@ def _is_abstract(info: TypeInfo) -> bool:
         if klass.fullname == _CUSTOM_OP:
             return True
         for name, sym in klass.names.items():
-            if name in _BACKENDS or (isinstance(sym.node, Decorator) and sym.node.func.is_static and not name.startswith("_") and name not in _NOT_BACKENDS):
+            if name in _BACKENDS or (isinstance(sym.node, Decorator) and sym.node.func.is_static and not name.startswith("_") and name not in HOOK_KINDS):
                 return False
     return True
 
@@ -171,9 +167,6 @@ def _check_provider(ctx: FunctionContext) -> Type:
             problem = f'Provider "{name}" for "{op.type_object().name}" takes "{pretty_callable(fn, ctx.api.options)}"'
             ctx.api.fail(f'{problem}; a provider takes every parameter of the op, by name, with its default: "{ops}"', ctx.context, code=ARG_TYPE)
     return ctx.default_return_type
-
-
-# ---------------------------------------------------------------------- schema= without annotations
 
 
 def _schema_signature(api: SemanticAnalyzerPluginInterface, text: str) -> CallableType | None:

@@ -124,6 +124,8 @@ def remove_provider(op: Any, name: str) -> None:
         if order is not None and name in order and record.qualname not in state.ENV_STATE.orders:
             state.set_order(record.qualname, tuple(n for n in order if n != name) or None)
             _refresh_all()
+            now = ", ".join(state.global_state().orders.get(record.qualname, ())) or "the declaration's"
+            warnings.warn(f"opclass.remove_provider: the order set for {record.qualname} named {name!r}; it now is {now}", UserWarning, stacklevel=2)
 
 
 def _refresh_all() -> None:
@@ -165,6 +167,8 @@ def set_provider_order(op: Any, names: Sequence[str] | None) -> None:
     else:
         table = _table(op)
         state.set_order(table.qualname, table.check_order(names, "opclass.set_provider_order"))
+        if table.qualname in state.ENV_STATE.orders:
+            warnings.warn(f"opclass.set_provider_order: {state.ENV} gives the order of {table.qualname}, which comes first: this one applies only once that is unset (in a new process)", UserWarning, stacklevel=2)
     _refresh_all()
 
 
@@ -209,6 +213,10 @@ def explain_providers(op: Any, *args: Any, **kwargs: Any) -> str:
         return f"{record.qualname} has no providers: its own kernels run ({', '.join(f'{e.name} ({e.runs_where})' for e in table.entries)})"
     if not args and not kwargs:
         return "\n".join([f"{record.qualname}: providers in order", *(f"  {e.name} ({e.runs_where})" for e in table.ranked(state.current()))])
+    try:  # explained only as the op would take it
+        record.signature.bind(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError(f"explain_providers: {record.qualname} takes {record.arguments.parameters()}, not these arguments: {e}") from None
     device = record.arguments.device_of(args, kwargs)
     lines = [f"{record.qualname}({describe_call(record, args, kwargs)}) on {device}:"]
     lines += [f"  {e.name} ({e.runs_where}): {why or 'runs'}" for e, why in table.now(device if device in table.kernels else None).explain(args, kwargs)]
@@ -281,7 +289,7 @@ class ProviderInfo(NamedTuple):
     why_not: str
     #: ``"class body"``, ``"opclass.add_provider from <module>"``, or ``"own kernel"`` (``default``, ``cpu``...).
     origin: str
-    #: Whether the order in force in this context lets it run.
+    #: Whether the order in force in this context names it (a mode may still exclude it).
     in_order: bool
 
 

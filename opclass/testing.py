@@ -3,8 +3,7 @@
 An op lists representative inputs in its ``samples()`` hook (or a test passes them), and
 :func:`check_op` runs every check on each one (:func:`check_sample` on one); a failure raises
 ``AssertionError`` naming the op, the sample and the check. :func:`parametrize_samples` makes one
-pytest case per sample. Import it as ``import opclass.testing`` (``import opclass`` does not load
-it). Examples: on each function.
+pytest case per sample. Import it as ``import opclass.testing`` (``import opclass`` does not load it).
 """
 
 from __future__ import annotations
@@ -56,8 +55,7 @@ def _run_opcheck(op_cls: Any, record: OpRecord, sample: Sample, test_utils: Sequ
 
 
 def _run_mutation_check(op_cls: Any, record: OpRecord, sample: Sample, where: str | None = None) -> None:
-    """The kernel (``where``: the provider chosen) writes only to what ``mutates_args`` declares
-    (version counters and values, before and after)."""
+    """The kernel (``where``: the provider chosen) writes only what ``mutates_args`` declares."""
     args, kwargs = copy_inputs(sample)
     before = debug.watched(record, args, kwargs)
     if not before:
@@ -97,8 +95,7 @@ def _run_gradcheck(op_cls: Any, record: OpRecord, sample: Sample) -> None:
     def call(*diff: Tensor) -> tuple[Tensor, ...]:
         given = dict(zip(positions, diff))
         call_args, call_kwargs, call_keyword_only = tree_unflatten([given.get(i, v) for i, v in enumerate(flat)], spec)
-        out = op_cls.op(*call_args, **call_kwargs, **call_keyword_only)
-        return tuple(t for t in tree_leaves(out) if isinstance(t, Tensor))
+        return tuple(t for t in tree_leaves(op_cls.op(*call_args, **call_kwargs, **call_keyword_only)) if isinstance(t, Tensor))
 
     try:
         torch.autograd.gradcheck(call, inputs)
@@ -195,7 +192,8 @@ def _run_providers(op_cls: Any, record: OpRecord, sample: Sample, opcheck: bool,
                 except AssertionError as error:
                     raise _CheckFailed("providers", f"{e.where} disagrees with {ref[1]}: {error}") from error
             if e.options.batch_invariant:
-                first = next(record.arguments.tensors(sample.args, sample.kwargs), None)
+                # The rows are those of the Tensor with the most dimensions (x, not a weight before it).
+                first = max(record.arguments.tensors(sample.args, sample.kwargs), key=lambda t: t.dim(), default=None)
                 batch = first.shape[0] if first is not None and first.dim() else 0
                 if batch < 2:
                     unchecked(e.name, "declared batch_invariant, and no sample has more than one row")
@@ -294,12 +292,11 @@ def check_op(
     op_cls: Any, samples: Iterable[Sample | tuple[Any, ...]] | None = None, *, opcheck: bool = True, gradcheck: bool = True, reference: bool = True,
     fast_path: bool = True, test_utils: Sequence[str] | None = None, strict: bool = False,
 ) -> dict[str, str]:
-    """Check an op on each of its samples: undeclared mutations, opcheck, gradcheck, reference, fast
-    path vs dispatcher and, for an op with a ``vmap`` rule (and no written argument), ``torch.vmap``
-    over 3 examples (each positional Tensor batched at dim 0, floating ones scaled x1, x1.5, x2)
-    against the op called on each, each on its own copies of the sample's Tensors. The mutation
-    check runs first: one call through the dispatcher, failing when the kernel moved the version
-    counter of a Tensor argument that ``mutates_args`` does not name.
+    """Check an op on each of its samples, each check on its own copies of the sample's Tensors:
+    first undeclared writes (one call through the dispatcher, failing when the kernel wrote to a
+    Tensor argument ``mutates_args`` does not name), then opcheck, gradcheck, reference, fast path
+    vs dispatcher and, for an op with a ``vmap`` rule and no written argument, ``torch.vmap`` over 3
+    examples (positional Tensors batched at dim 0, floating ones scaled x1, x1.5, x2) vs each call.
 
     Args:
         op_cls: the op class (a concrete ``CustomOp`` subclass).
@@ -313,13 +310,12 @@ def check_op(
         reference: when the op has a ``reference`` (what ``opclass.decompositions`` decomposes
             it into), compare its result with the op's (``torch.testing.assert_close``, default
             tolerances), both under ``no_grad``; not for ops that mutate their arguments. For an
-            op with providers, instead, each kernel available on the sample's device, as if it
-            were the one chosen: one that accepts the sample passes the write check, opcheck and
-            the fake kernel's outputs (dtype, shape, strides), and agrees with the reference (else
-            ``default``, else the op's own kernel for the device; with its own ``atol``/``rtol``
-            whichever that is), writes included; one that declines it leaves it to another that
-            serves it; one flagged ``batch_invariant`` gives row i of a batch as it gives row i
-            alone. A failure names the provider.
+            op with providers, instead, each kernel available on the sample's device, as if
+            chosen: one that accepts the sample passes the write check, opcheck and the fake
+            kernel's outputs (dtype, shape, strides), and agrees (writes included; the provider's
+            ``atol``/``rtol``) with the reference, else ``default``, else the op's own kernel for
+            the device; one that declines it leaves it to another that serves it; one flagged
+            ``batch_invariant`` gives row i of a batch as it gives row i alone.
         fast_path: call the op every way it can be called (the class call, the Python guard's
             call function where the native guard is active, and ``op_cls.op``, the dispatcher)
             on independent copies and compare the exception or the output (types, metadata,

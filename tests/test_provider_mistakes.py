@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 import opclass
+import opclass.testing
 from opclass import CustomOp, OpDefinitionError
 from opclass._harness import call_paths
 
@@ -201,6 +202,21 @@ def test_an_order_given_as_a_string_or_with_a_name_twice_is_refused(ns: str) -> 
     with pytest.raises(ValueError, match="opclass.set_provider_order names provider 'plus1' twice"):
         opclass.set_provider_order(op, ["plus1", "plus1"])
     assert opclass.provider_order(op) == ("plus1", "default")
+    with pytest.raises(ValueError, match=rf"an empty order for {ns}::shift would run nothing: name its providers, or pass None"):
+        opclass.set_provider_order(op, [])
+
+
+def test_explain_providers_takes_only_what_the_op_takes(ns: str) -> None:
+    op = make(ns)
+    with pytest.raises(TypeError, match=rf"explain_providers: {ns}::shift takes \(x, k=0.0\), not these arguments: got an unexpected keyword argument 'y'"):
+        opclass.explain_providers(op, torch.zeros(2), y=1.0)
+
+
+def test_provider_without_parentheses_and_with_a_torch_device(ns: str) -> None:
+    with pytest.raises(TypeError, match=r"write @opclass.provider\(\) \(with parentheses\) above @staticmethod"):
+        define(ns, "    @opclass.provider\n    @staticmethod\n    def fast(x: Tensor, k: float = 0.0) -> Tensor:\n        return x + k\n")
+    op = define(ns, "    @opclass.provider(torch.device('cpu'))\n    @staticmethod\n    def fast(x: Tensor, k: float = 0.0) -> Tensor:\n        return x + k + 1\n")
+    assert [(p.name, p.devices) for p in opclass.providers_of(op)][0] == ("fast", ("cpu",))
 
 
 def test_an_order_naming_a_provider_the_op_lacks_refuses_every_call(ns: str) -> None:
@@ -233,7 +249,8 @@ def test_remove_provider_takes_its_name_out_of_the_order_in_code(ns: str) -> Non
     op = make(ns)
     opclass.add_provider(op, "vendor", lambda x, k=0.0: x + k + 5, "cpu")
     opclass.set_provider_order(op, ["vendor", "default"])
-    opclass.remove_provider(op, "vendor")
+    with pytest.warns(UserWarning, match=f"the order set for {ns}::shift named 'vendor'; it now is default"):
+        opclass.remove_provider(op, "vendor")
     assert opclass.provider_order(op) == ("default",)
     opclass.add_provider(op, "vendor", lambda x, k=0.0: x + k + 6, "cpu")  # no did-you-mean of the removed name
     assert outcomes(op, torch.zeros(2)) == {"0.0"}
@@ -438,6 +455,8 @@ def test_the_environment_changed_after_import_is_an_error(tmp_path: Path) -> Non
 def test_the_environment_may_name_a_provider_a_package_adds_later(tmp_path: Path) -> None:
     later = OP + "opclass.add_provider(Op, 'vendor', lambda x: x + 5, 'cpu')\nprint(float(Op(torch.zeros(1))[0]), float(Op.op(torch.zeros(1))[0]))\n"
     assert _run(tmp_path, later, OPCLASS_PROVIDERS="t_mis::op=vendor,default") == "5.0 5.0"
+    shadowed = OP + "import warnings\nwarnings.simplefilter('error')\nopclass.set_provider_order(Op, ['default'])\n"
+    assert _run(tmp_path, shadowed, OPCLASS_PROVIDERS="t_mis::op=one,default").startswith("UserWarning: opclass.set_provider_order: OPCLASS_PROVIDERS gives the order of t_mis::op, which comes first")
     never = OP + "print(Op(torch.zeros(1)))\n"
     assert _run(tmp_path, never, OPCLASS_PROVIDERS="t_mis::op=vendor,default").startswith(
         "RuntimeError: t_mis::op: OPCLASS_PROVIDERS names provider 'vendor', which it does not have (it has one, default)"
@@ -449,3 +468,24 @@ def test_an_op_name_in_the_environment_that_looks_like_a_typo_warns(tmp_path: Pa
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT), "OPCLASS_PROVIDERS": "t_mis::opp=one"}, cwd=tmp_path)
     assert "UserWarning: OPCLASS_PROVIDERS names t_mis::opp, which is no op (yet): did you mean t_mis::op, defined here?" in done.stderr, done.stderr
     assert done.stdout.strip() == "defined"
+
+
+def test_batch_invariance_is_checked_on_the_rows_of_the_activation_not_a_weight_before_it(ns: str) -> None:
+    class Scale(CustomOp, name=f"{ns}::scale"):
+        @staticmethod
+        def default(weight: Tensor, x: Tensor) -> Tensor:
+            return x * weight
+
+        @opclass.provider("cpu", batch_invariant=True, atol=1e-2, rtol=0.0)
+        @staticmethod
+        def mixing(weight: Tensor, x: Tensor) -> Tensor:  # row i depends on the batch: not invariant
+            return x * weight + 0 * x.sum(0, keepdim=True) + (x.shape[0] > 1) * 1e-3
+
+    with pytest.raises(AssertionError, match=r"\(Scale.mixing\) is declared batch_invariant, but row 0 of a batch of 4 differs"):
+        opclass.testing.check_op(Scale, [(torch.randn(8), torch.randn(4, 8))], opcheck=False, gradcheck=False, fast_path=False)
+
+
+def test_provider_on_a_hook_that_is_no_backend_kernel_is_refused(ns: str) -> None:
+    body = "    @opclass.provider('cpu', supports=lambda x, k: True)\n    @staticmethod\n    def reference(x: Tensor, k: float = 0.0) -> Tensor:\n        return x + k\n"
+    with pytest.raises(OpDefinitionError, match=r"Op.reference\(x: Tensor, k: float = 0.0\) -> Tensor: marked a member of the 'providers' hook, but reference is a hook of its own and no backend kernel: the mark would be ignored; drop the decorator"):
+        define(ns, body)

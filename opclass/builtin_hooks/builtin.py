@@ -19,7 +19,7 @@ from torch import _C
 from opclass.core import memo
 from opclass.core.compat import tagged_out
 from opclass.core.names import DEVICE_TYPES
-from opclass.define.hookspec import Hook, HookContext, positional_count, register_hook
+from opclass.define.hookspec import Hook, HookContext, parameters_of, positional_count, register_hook
 from opclass.builtin_hooks import eager, providers, sharding, traceable
 from opclass.builtin_hooks.kernels import abstract_hook, autograd_hook, composite_hook, device_hook
 from opclass.errors import raised_by_torch, reraise
@@ -34,8 +34,7 @@ _AUTOGRAD = ((_OWN_AUTOGRAD_KEYS, "an autograd kernel", "drop setup_context and 
 def _check_autograd(fn: Any, ctx: HookContext) -> None:
     if tagged_out(ctx.tags):
         ctx.fail("an op tagged torch.Tag.out cannot have an autograd formula", "remove setup_context and backward")
-    written = ctx.arguments.written
-    if written:
+    if written := ctx.arguments.written:
         fix = "make a functional op (return new Tensors, no mutates_args) and give it the formula"
         ctx.fail(f"the op mutates {', '.join(a.name for a in written)}, and autograd formulas are only for functional ops", fix)
 
@@ -108,9 +107,6 @@ def _check_jvp(fn: Any, ctx: HookContext) -> None:
         ctx.fail(f"takes {n} positional parameters, but the op has {len(positional)} positional input(s)", f"write jvp(ctx, {args}) returning the output tangent(s)")
 
 
-# --------------------------------------------------------------------------- vmap, autocast, torch_dispatch
-
-
 def _check_vmap(fn: Any, ctx: HookContext) -> None:
     n = positional_count(fn)
     positional, keyword_only = ctx.arguments.positional, ctx.arguments.keyword_only
@@ -119,13 +115,10 @@ def _check_vmap(fn: Any, ctx: HookContext) -> None:
     form = f"vmap(info, in_dims, {', '.join(a.name for a in positional)}{star}) returning (output, out_dims)"
     if n is not None and n != 2 + len(positional):
         ctx.fail(f"takes {n} positional parameters", f"write {form}")
-    try:
-        params = memo.signature(fn).parameters
-    except (TypeError, ValueError):
-        return
-    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        missing = [a.name for a in keyword_only if a.name not in params or params[a.name].kind is params[a.name].POSITIONAL_ONLY]
-        if missing:
+    params = parameters_of(fn)
+    if params is not None and not any(p.kind is p.VAR_KEYWORD for p in params):
+        taken = {p.name for p in params if p.kind is not p.POSITIONAL_ONLY}
+        if missing := [a.name for a in keyword_only if a.name not in taken]:
             ctx.fail(f"takes no {', '.join(repr(m) for m in missing)} by keyword, which torch.vmap passes the rule by keyword", f"write {form}")
 
 
@@ -201,14 +194,8 @@ def install_torch_dispatch(record: OpRecord, value: dict[type, Callable[..., Any
         torch.library.register_torch_dispatch(record.qualname, cls, rule, lib=record.lib)
 
 
-# --------------------------------------------------------------------------- samples (metadata only)
-
-
 def _check_samples(fn: Any, ctx: HookContext) -> None:
-    try:
-        params = memo.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return
+    params = parameters_of(fn) or []
     if any(p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
         fix = "write samples() with no parameters, returning or yielding opclass.testing.Sample(args, kwargs) or tuples of arguments"
         ctx.fail(f"takes ({', '.join(p.name for p in params)}), but it is called with no arguments", fix)

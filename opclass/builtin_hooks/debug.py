@@ -7,16 +7,14 @@ nothing else checks at run time:
 - the fake kernel agrees with the real one: run on FakeTensor copies of the same arguments, it
   gives the outputs' shape, dtype, device and strides (those of dimensions longer than 1).
 
-A mismatch raises, naming the op, the hook and the fix. Every call path runs the wrapped
-kernel (the class call, ``torch.ops``, a compiled graph at run time); an op defined without the
-variable pays nothing. ``opclass.testing`` runs the write check, debug mode or not. The checks'
-own copies and comparisons are hidden from the user's ``TorchDispatchMode``s, which see what
-they see without debug mode. A ``composite`` or ``autograd`` body also runs on traced and
-batched Tensors (``torch.compile``, ``make_fx``, ``torch.func``): there it is checked by version
-counters alone, so a write is caught while tracing (``torch.compile`` reports it in its own
-words, opclass's message inside), before the graph, which runs no opclass code, exists. The
-variable is read when an op is defined; the first op defined with it while ops defined without
-it are live warns (once a process), naming them.
+A mismatch raises, naming the op, the hook and the fix. Every call path (the class call,
+``torch.ops``, a compiled graph) runs the wrapped kernel; an op defined without the variable
+pays nothing (``opclass.testing`` runs the write check anyway). The user's ``TorchDispatchMode``s
+never see the checks' copies and comparisons. A body on traced or batched Tensors
+(``torch.compile``, ``make_fx``, ``torch.func``) is checked by version counters alone: a write
+is caught while tracing, before the graph (which runs no opclass code) exists. The variable is
+read when an op is defined; the first op defined with it while ops defined without it are live
+warns (once a process), naming them.
 
 Example:
     >>> from opclass.builtin_hooks import debug
@@ -28,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 import threading
 import warnings
 import weakref
@@ -38,7 +35,7 @@ import torch
 from torch.utils._pytree import tree_leaves, tree_map_only
 
 from opclass.core.types import same_values, tensors_in
-from opclass.errors import first_line
+from opclass.errors import first_line, user_stacklevel
 from opclass.install.fake import has_fake_kernel, says_no_fake_kernel
 from opclass.install.record import live_records
 
@@ -54,8 +51,8 @@ _warned = False
 
 
 def enabled() -> bool:
-    """Whether ops defined now get the debug checks: ``OPCLASS_DEBUG`` read as a switch (1/true/yes/on;
-    unset, 0/false/no/off; any case); anything else is refused rather than guessed."""
+    """Whether ops defined now get the debug checks: ``OPCLASS_DEBUG`` read as a switch (any case);
+    anything else is refused rather than guessed."""
     value = os.environ.get(ENV, "")
     if value.strip().lower() in _ON + _OFF:
         return value.strip().lower() in _ON
@@ -89,10 +86,9 @@ def _real(t: torch.Tensor) -> bool:
 
 
 def watched(spec: OpSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Watched]:
-    """Each Tensor argument the op does not declare mutated, with its version and values.
-
-    Left out: inference Tensors (no version counter) and Tensors sharing storage with a declared
-    one (a view shares its base's counter, which a declared write moves)."""
+    """Each Tensor argument the op does not declare mutated, with its version and values; not
+    inference Tensors (no version counter) nor Tensors sharing storage with a declared one (a view
+    shares its base's counter, which a declared write moves)."""
     values = spec.arguments.values(args, kwargs)
     tensors = [(a.name, a.written, t) for a in spec.arguments for t in tensors_in((values[a.index],))]
     written = {_storage(t) for _, declared, t in tensors if declared}
@@ -191,12 +187,11 @@ def fake_disagrees(record: OpRecord, where: str, args: tuple[Any, ...], kwargs: 
 
 def wrap(record: OpRecord, hook: str, fn: Callable[..., Any], tolerances: Any = None, *, fake: bool = True) -> Callable[..., Any]:
     """``fn`` as an install registers it: itself where debug mode is off (nothing to pay); else
-    ``fn`` raising ``RuntimeError`` when it writes to an argument not in ``mutates_args`` or
-    (``fake``) returns what the fake kernel does not promise; for one of several kernels of the
-    op (a provider: ``tolerances`` has its ``atol`` and ``rtol``), also when it disagrees with
-    the op's reference (its ``reference``, else its ``default``) on the same inputs. A body
-    (``fake=False``: the op's ``composite`` or ``autograd`` kernel, which also runs on traced
-    and batched Tensors) has its fake kernel in itself. ``repr(record)`` says when debug mode is on."""
+    ``fn`` raising ``RuntimeError`` when it writes to an argument not in ``mutates_args``, when
+    (``fake``) it returns what the fake kernel does not promise, and, for a provider (``tolerances``
+    has its ``atol`` and ``rtol``), when it disagrees with the op's ``reference`` (else ``default``).
+    ``fake=False`` for a body (``composite``, ``autograd``: it also runs on traced and batched
+    Tensors, and holds its fake kernel in itself). ``repr(record)`` says when debug mode is on."""
     if not enabled():
         _unchecked.add(record)
         return fn
@@ -221,7 +216,7 @@ def wrap(record: OpRecord, hook: str, fn: Callable[..., Any], tolerances: Any = 
             problem = undeclared_write(where, record, before)
         if problem is None and fake and real:
             problem = fake_disagrees(record, where, args, kwargs, result)
-            if problem is None and copies is not None and reference is not None and reference is not fn:
+            if problem is None and reference is not None and reference is not fn:
                 problem = _disagrees_with_reference(record, where, reference, copies, (args, kwargs), result, tolerances)
         if problem is not None:
             raise RuntimeError(problem)
@@ -238,15 +233,12 @@ def _warn_if_late(record: OpRecord) -> None:
         return
     _warned = True
     named = ", ".join(earlier[-3:]) + (f" and {len(earlier) - 3} more" if len(earlier) > 3 else "")
-    package, frame, level = os.path.dirname(os.path.dirname(__file__)), sys._getframe(), 1
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(package):  # point at the class statement
-        frame, level = frame.f_back, level + 1
     warnings.warn(
         f"{record.qualname} is defined in {_shown()}, but {named}, defined earlier without it, {'is' if len(earlier) == 1 else 'are'} not checked: "
         f"{ENV} is read when an op is defined. To check them too, set {ENV} before the library that defines them is imported "
         f"(or in the environment that starts Python)",
         UserWarning,
-        stacklevel=level,
+        stacklevel=user_stacklevel(),  # the class statement
     )
 
 
@@ -257,9 +249,8 @@ def _disagrees_with_reference(record: OpRecord, where: str, reference: Callable[
         expected = reference(*copies[0], **copies[1])
     try:
         torch.testing.assert_close(tree_leaves(result), tree_leaves(expected), atol=atol, rtol=rtol)
-        written = [i for i, a in enumerate(record.arguments) if a.written]
         got, want = record.arguments.values(*inputs), record.arguments.values(*copies)
-        torch.testing.assert_close([got[i] for i in written], [want[i] for i in written], atol=atol, rtol=rtol)
+        torch.testing.assert_close([got[i] for i in record.mutated], [want[i] for i in record.mutated], atol=atol, rtol=rtol)
     except AssertionError as e:
         ref = record.where("reference" if "reference" in record.hooks else "default")
         return f"{where} disagrees with {ref} (debug mode compares them on every call): {first_line(e)}; fix the provider, or give it atol=/rtol= in opclass.provider(...)"

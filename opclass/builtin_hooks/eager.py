@@ -94,16 +94,14 @@ def _install(record: OpRecord, value: bool) -> None:
     record.differentiates_kernel = check_differentiable
     record.autograd_kernel = eager_autograd_kernel
     record.functorch_entry = direct_entry(record)
-    lib = record.lib
     text = record.schema_str
     params = text[1 : text.rindex(") ->")].strip()
-    extra = f"Tensor[] {_GRADS}, bool[] {_NEEDS}"
-    star = "" if record.arguments.keyword_only else "*, "
+    extra = f"{'' if record.arguments.keyword_only else '*, '}Tensor[] {_GRADS}, bool[] {_NEEDS}"
     base = f"{record.name}_eager_backward"
     name = base + (f".{record.overload}" if record.overload else "")
-    lib.define(f"{name}({params + ', ' if params else ''}{star}{extra}) -> Tensor[]", tags=tuple(t for t in record.defined_tags if t == torch.Tag.pt2_compliant_tag))
-    lib.impl(name, _recompute_kernel(record), "CompositeExplicitAutograd")
-    lib._register_fake(name, _fake_backward(record), _stacklevel=1)
+    record.lib.define(f"{name}({params + ', ' if params else ''}{extra}) -> Tensor[]", tags=tuple(t for t in record.defined_tags if t == torch.Tag.pt2_compliant_tag))
+    record.lib.impl(name, _recompute_kernel(record), "CompositeExplicitAutograd")
+    record.lib._register_fake(name, _fake_backward(record), _stacklevel=1)
     backward_op = getattr(getattr(getattr(torch.ops, record.namespace), base), record.overload or "default")
     # The formula the op's autograd.Function runs where the op must stay opaque.
     record.formula = Formula(_call_backward_op(record, backward_op), _save_inputs(record), True, where=record.where("eager_autograd"))
@@ -173,14 +171,12 @@ def _number(op: str) -> torch.Tensor:
 
 
 def _recompute_kernel(record: OpRecord) -> Callable[..., Any]:
-    where = f"{record.qualname}_eager_backward"
-
     def eager_backward(*args: Any, **kwargs: Any) -> list[torch.Tensor]:
         grads: list[torch.Tensor] = kwargs.pop(_GRADS)
         needs = iter(kwargs.pop(_NEEDS))
         kernel = _kernel_for(record, args, kwargs)
         if kernel is None:
-            raise NotImplementedError(f"{where}: {record.cls_name} has no kernel for these inputs' device")
+            raise NotImplementedError(f"{record.qualname}_eager_backward: {record.cls_name} has no kernel for these inputs' device")
         if len(grads) > record.outputs.n_returns:  # the providers in force in the forward choose
             order, mode = _STATES[int(grads.pop())]
             device = record.arguments.device_of(args, kwargs)
@@ -217,9 +213,8 @@ def _recompute_kernel(record: OpRecord) -> Callable[..., Any]:
 
 def _fake_backward(record: OpRecord) -> Callable[..., Any]:
     def fake(*args: Any, **kwargs: Any) -> list[torch.Tensor]:
-        kwargs.pop(_GRADS)
-        needs = kwargs.pop(_NEEDS)
-        return [torch.empty_like(t) for t, n in zip(record.arguments.tensors(args, kwargs), needs) if n]
+        # tensors() reads the op's own arguments only, not the two this op adds.
+        return [torch.empty_like(t) for t, n in zip(record.arguments.tensors(args, kwargs), kwargs[_NEEDS]) if n]
 
     return fake
 
@@ -241,9 +236,7 @@ def direct_entry(record: OpRecord) -> Callable[..., Any]:
         # A vmap level on top batches the opaque op (its vmap hook or torch's per-sample
         # fallback), so data-dependent kernels still work; grad/jvp levels see the kernel.
         found = _kernel_for(record, args, kwargs) if top_level_differentiates() else None
-        if found is None:
-            return record.op(*args, **kwargs)  # type: ignore[misc]
-        return found.user(*args, **kwargs)
+        return record.op(*args, **kwargs) if found is None else found.user(*args, **kwargs)  # type: ignore[misc]
 
     return eager_entry
 

@@ -32,6 +32,7 @@ import threading
 import types
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
+import torch
 from torch import _C
 
 from opclass.builtin_hooks import debug
@@ -81,7 +82,11 @@ def provider(
     tolerances, ``supports`` and ``available`` (not its device: the hook's). Example: in the
     :mod:`opclass.builtin_hooks.providers` docstring.
     """
-    options = Options(_devices(device), supports, available, bool(batch_invariant), bool(deterministic), atol, rtol)
+    if callable(device) or isinstance(device, staticmethod):
+        raise TypeError("opclass.provider takes options: write @opclass.provider() (with parentheses) above @staticmethod")
+    # Checked with the class, which errors can then name; a torch.device stands for its type.
+    devices = None if device is None else tuple(getattr(d, "type", d) for d in ((device,) if isinstance(device, (str, torch.device)) else device))
+    options = Options(devices, supports, available, bool(batch_invariant), bool(deterministic), atol, rtol)
 
     def mark(fn: F) -> F:
         inner = fn.__func__ if isinstance(fn, staticmethod) else fn
@@ -93,10 +98,6 @@ def provider(
         return staticmethod(copy)  # type: ignore[return-value]
 
     return mark
-
-
-def _devices(device: str | Sequence[str] | None) -> tuple[str, ...] | None:
-    return None if device is None else (device,) if isinstance(device, str) else tuple(device)
 
 
 def _copy(fn: Any) -> Any:

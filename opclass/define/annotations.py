@@ -90,9 +90,8 @@ SUPPORTED_TYPES: list[tuple[str, str]] = [
 class SchemaProblem(Exception):
     """An annotation or default that has no schema form; the builder turns it into OpDefinitionError."""
 
-    def __init__(self, param: str | None, problem: str, fix: str) -> None:
+    def __init__(self, problem: str, fix: str) -> None:
         super().__init__(problem)
-        self.param = param
         self.problem = problem
         self.fix = fix
 
@@ -123,7 +122,6 @@ def _resolve_annotations(fn: Any) -> dict[str, Any]:
             resolved[key] = _evaluate(value, namespace)
         except Exception as e:
             raise SchemaProblem(
-                None if key == "return" else key,
                 f"annotation {value!r} of {key!r} cannot be evaluated ({type(e).__name__}: {e})",
                 "import the names it uses at module level",
             ) from None
@@ -179,7 +177,7 @@ def _base(ann: Any) -> str | None:
         if marked is None:
             return _base(inner)  # other tools' metadata: the type itself decides
         if inner is not _MARKED[marked]:
-            raise SchemaProblem(None, f"SchemaType({marked!r}) annotates {format_annotation(inner)}, not {_MARKED[marked].__name__}", f"write Annotated[{_MARKED[marked].__name__}, SchemaType({marked!r})]")
+            raise SchemaProblem(f"SchemaType({marked!r}) annotates {format_annotation(inner)}, not {_MARKED[marked].__name__}", f"write Annotated[{_MARKED[marked].__name__}, SchemaType({marked!r})]")
         return marked
     if (row := BY_ANNOTATION.get(ann)) is not None:
         return row.schema
@@ -198,7 +196,7 @@ def param_type(ann: Any) -> str:
         return base
     if isinstance(ann, SchemaType):
         written = "opclass.Int" if ann.text == "int" else f"Annotated[{_MARKED[ann.text].__name__}, opclass.SchemaType({ann.text!r})]"
-        raise SchemaProblem(None, f"{ann!r} is not an annotation by itself", f"it marks a type inside Annotated: write {written}")
+        raise SchemaProblem(f"{ann!r} is not an annotation by itself", f"it marks a type inside Annotated: write {written}")
     if dataclasses.is_dataclass(ann) and isinstance(ann, type):
         return config_type(ann)
     if (inner := _optional_inner(ann)) is not None:
@@ -224,12 +222,11 @@ def config_type(cls: type) -> str:
     """
     params = getattr(cls, "__dataclass_params__", None)
     if params is None or not params.frozen:
-        raise SchemaProblem(None, f"config class {cls.__qualname__} is a mutable dataclass", "declare it @dataclasses.dataclass(frozen=True)")
+        raise SchemaProblem(f"config class {cls.__qualname__} is a mutable dataclass", "declare it @dataclasses.dataclass(frozen=True)")
     if "<locals>" in cls.__qualname__:
-        raise SchemaProblem(None, f"config class {cls.__qualname__} is defined inside a function", "define it at module level (its name goes into the schema)")
+        raise SchemaProblem(f"config class {cls.__qualname__} is defined inside a function", "define it at module level (its name goes into the schema)")
     if not plain_opaque_values():
         raise SchemaProblem(
-            None,
             f"config class {cls.__qualname__} cannot be an op argument on torch {torch.__version__}, whose opaque value types must derive from a private torch class",
             "use torch 2.12 or later for config objects, or pass the fields as separate arguments",
         )
@@ -238,7 +235,6 @@ def config_type(cls: type) -> str:
         ann = hints.get(field.name)
         if not (ann in _CONFIG_FIELDS or _optional_inner(ann) in _CONFIG_FIELDS or _element(ann) in _CONFIG_FIELDS):
             raise SchemaProblem(
-                None,
                 f"config class {cls.__qualname__} field {field.name}: {format_annotation(ann)} cannot be part of a constant",
                 "use int, float, bool, str, their Optional forms, or tuple[T, ...] of them",
             )
@@ -264,9 +260,7 @@ def configs_of(kernels: Sequence[Any]) -> dict[str, type]:
 
 
 def _list_type(ann: Any) -> str | None:
-    elem = _element(ann)
-    if elem is None:
-        return None
+    elem = _element(ann)  # None: _base and _optional_inner give None too
     if (base := _base(elem)) is not None and BY_SCHEMA[base].listable:
         return base + "[]"
     if _optional_inner(elem) is Tensor:
@@ -285,12 +279,10 @@ _REFUSED: dict[Any, tuple[str, str]] = {
 
 def _unsupported(ann: Any) -> str:
     text = format_annotation(ann)
-    origin = typing.get_origin(ann)
-    args = typing.get_args(ann)
+    origin, args = typing.get_origin(ann), typing.get_args(ann)
     refused = _REFUSED.get(_optional_inner(ann) or _element(ann) or ann)
     if refused is not None and (refused[0].endswith("[]") == (_element(ann) is not None)):
         raise SchemaProblem(
-            None,
             f"unsupported annotation {text}: {refused[1]}",
             f"take the value another way (a seed, a list of str...), or write it {refused[0]} in schema= if eager calls are all you need",
         )
@@ -313,7 +305,7 @@ def _unsupported(ann: Any) -> str:
             "supported are Tensor, int, opclass.Int, float, bool, str, Number, torch.dtype, torch.device, torch.layout, "
             "torch.memory_format, their Optional forms and lists; or pass schema="
         )
-    raise SchemaProblem(None, f"unsupported annotation {text}", fix)
+    raise SchemaProblem(f"unsupported annotation {text}", fix)
 
 
 def return_type(ann: Any) -> str:
@@ -323,9 +315,7 @@ def return_type(ann: Any) -> str:
     if typing.get_origin(ann) is tuple:
         args = typing.get_args(ann)
         if not args or Ellipsis in args:
-            raise SchemaProblem(
-                None, f"unsupported return annotation {format_annotation(ann)}", "write tuple[Tensor, Tensor] with one entry per output"
-            )
+            raise SchemaProblem(f"unsupported return annotation {format_annotation(ann)}", "write tuple[Tensor, Tensor] with one entry per output")
         inner = ", ".join(_single_return(a, ann) for a in args)
         return f"(({inner}))" if len(args) == 1 else f"({inner})"
     return _single_return(ann, ann)
@@ -339,7 +329,6 @@ def _single_return(ann: Any, whole: Any) -> str:
     if _optional_inner(ann) is Tensor:
         return "Tensor?"
     raise SchemaProblem(
-        None,
         f"unsupported return annotation {format_annotation(whole)}",
         "return Tensor, list[Tensor], Optional[Tensor], int, float, bool, Number, None, or a tuple of those",
     )
@@ -352,17 +341,16 @@ def check_default(value: Any, schema_type: str) -> None:
         return
     if base.endswith("[]"):
         if not isinstance(value, (tuple, list)):
-            raise SchemaProblem(None, f"default {value!r} has type {type(value).__name__}, not a sequence", "give a tuple default, e.g. (1, 2)")
+            raise SchemaProblem(f"default {value!r} has type {type(value).__name__}, not a sequence", "give a tuple default, e.g. (1, 2)")
         for v in value:
             check_default(v, base[:-2])
         return
     if base.startswith("Tensor"):
-        raise SchemaProblem(None, f"default {value!r}: a Tensor parameter can only default to None", "write = None and make the Tensor inside the kernel")
-    row = BY_SCHEMA.get(base)
-    allowed = row.defaults if row is not None else ()
+        raise SchemaProblem(f"default {value!r}: a Tensor parameter can only default to None", "write = None and make the Tensor inside the kernel")
+    allowed = row.defaults if (row := BY_SCHEMA.get(base)) is not None else ()
     if not isinstance(value, allowed) or (base in ("SymInt", "int", "float") and isinstance(value, bool)):
         wanted = " or ".join(t.__name__ for t in allowed) or "None"
-        raise SchemaProblem(None, f"default {value!r} has type {type(value).__name__}, not {wanted}", f"give a default of the annotated type ({schema_type})")
+        raise SchemaProblem(f"default {value!r} has type {type(value).__name__}, not {wanted}", f"give a default of the annotated type ({schema_type})")
 
 
 def default_text(value: Any, schema_type: str) -> str:
@@ -374,11 +362,7 @@ def default_text(value: Any, schema_type: str) -> str:
         # raises on ``f(x, None)``), and a list type does not parse: those are refused.
         if schema_type.endswith("?") or schema_type == "Tensor":
             return "None"
-        raise SchemaProblem(
-            None,
-            f"default None for non-optional type {schema_type} (torch.ops would refuse None passed for it)",
-            "annotate it Optional[...]",
-        )
+        raise SchemaProblem(f"default None for non-optional type {schema_type} (torch.ops would refuse None passed for it)", "annotate it Optional[...]")
     if isinstance(value, (int, float)):  # a bool too: repr(True) is True
         return repr(value)
     if isinstance(value, str):
@@ -389,14 +373,12 @@ def default_text(value: Any, schema_type: str) -> str:
         return str(value).removeprefix("torch.")
     if isinstance(value, (torch.layout, torch.memory_format)):
         raise SchemaProblem(
-            None,
             f"default {value} cannot be written in a schema (only torch.strided and torch.contiguous_format can)",
             "annotate it Optional[...] with default None and pick the value inside the kernel",
         )
     if isinstance(value, (tuple, list)) and all(isinstance(v, (int, float, bool)) for v in value):
         return "[" + ", ".join(default_text(v, schema_type.rstrip("?")[:-2]) for v in value) + "]"
     raise SchemaProblem(
-        None,
         f"default {value!r} of type {type(value).__name__} has no schema form",
         "use None, a number, bool, str, torch.dtype, torch.device, torch.layout, torch.memory_format or a tuple of numbers",
     )

@@ -1,6 +1,5 @@
-"""The op's arguments, each once: the table that every emitter, binder, guard, hook check and the
-C entry's spec read (as dataclasses reads its fields once, ``_init_param``). :class:`Arguments`
-binds a call's values to its :class:`Argument` s and writes them as Python text.
+"""The op's arguments, each once: the table every emitter, binder, guard, hook check and the C entry
+read. :class:`Arguments` binds a call's values to its :class:`Argument` s and writes them as Python text.
 
 Example:
     >>> import torch
@@ -165,17 +164,12 @@ class Arguments(tuple):  # type: ignore[type-arg]
         return "{" + ", ".join(f"{a.name!r}: {a.name}" for a in self.keyword_only) + "}"
 
 
-# --------------------------------------------------------------------------- defaults
-
-
 def _python_default(arg: torch._C.Argument) -> Any:
     """The default the kernels get: the parser keeps ScalarType, Layout and MemoryFormat as codes."""
     value = arg.default_value
     if isinstance(value, int) and not isinstance(value, bool):
         base = jit_type(str(arg.real_type)).base
-        if base == "ScalarType":
-            return _dtype_from_code(value)
-        return {"Layout": torch.strided, "MemoryFormat": torch.contiguous_format}.get(base, value)
+        return _dtype_from_code(value) if base == "ScalarType" else {"Layout": torch.strided, "MemoryFormat": torch.contiguous_format}.get(base, value)
     return tuple(value) if isinstance(value, list) else value
 
 

@@ -77,8 +77,7 @@ class OpBuilder:
         self.schema: Any = None
         #: Kernel hooks annotated only in part (checked against the schema, not derived from).
         self.partial: list[str] = []
-        #: Every kernel the class defines, and parameter name -> config dataclass from the annotated
-        #: kernels (none under schema= alone); both set when ``defined`` is settled (:meth:`gather_members`).
+        #: Set by :meth:`gather_members`: every kernel the class defines, and the annotated kernels' configs.
         self.kernels: dict[str, Any] = {}
         self.configs: dict[str, type] = {}
 
@@ -117,7 +116,9 @@ class OpBuilder:
         """Hooks written as static methods; no near-miss hook names among the helpers."""
         for attr, raw in vars(self.cls).items():
             fn = _unwrap(raw)
-            if attr.startswith("__") or attr.startswith("_opclass") or getattr(fn, MEMBER_OF, None) is not None:
+            if (member := getattr(fn, MEMBER_OF, None)) is not None and attr in self.hooks and not self.hooks[attr].backend:
+                self.fail(attr, f"marked a member of the {member!r} hook, but {attr} is a hook of its own and no backend kernel: the mark would be ignored", "drop the decorator, or give the function another name", fn)
+            if attr.startswith("__") or attr.startswith("_opclass") or member is not None:
                 continue
             if (hook := self.hooks.get(attr)) is not None:
                 if hook.staticmethod and not isinstance(raw, staticmethod):
@@ -134,12 +135,8 @@ class OpBuilder:
             if (device := MISTAKEN_DEVICES.get(attr.lower())) is not None:
                 self.fail(attr, f"unknown device type {attr!r}", f"the torch device type is '{device}': rename the method {device}", fn)
             if attr in DEVICE_TYPES:
-                self.fail(
-                    attr,
-                    f"{attr!r} is a torch device type with no opclass hook",
-                    f"register one with opclass.register_hook(opclass.device_hook({attr!r})), or use default",
-                    fn,
-                )
+                fix = f"register one with opclass.register_hook(opclass.device_hook({attr!r})), or use default"
+                self.fail(attr, f"{attr!r} is a torch device type with no opclass hook", fix, fn)
             guess = did_you_mean(attr, self.hooks, {alias: name for name, hook in self.hooks.items() for alias in hook.aliases})
             if guess is not None:
                 # A helper that merely contains a hook name (backward_impl) gets told how to keep it.
@@ -185,11 +182,8 @@ class OpBuilder:
         if existing:
             for key in _DEFINING_KEYWORDS:
                 if self.given.get(key) is not None:
-                    self.fail(
-                        None,
-                        f"{key}= with existing=True: the op is defined already, with its own schema, mutations and tags",
-                        f"drop {key}=; the dispatcher's schema is used (annotations, if any, must agree with it)",
-                    )
+                    problem = f"{key}= with existing=True: the op is defined already, with its own schema, mutations and tags"
+                    self.fail(None, problem, f"drop {key}=; the dispatcher's schema is used (annotations, if any, must agree with it)")
         return Keywords(name, namespace, tuple(dict.fromkeys(mutates)), schema, tags, unknown, bool(existing), "mutates_args" in kw, pt2_compliant)
 
     def validate_pairs(self) -> None:
@@ -260,8 +254,7 @@ class OpBuilder:
     def derive_schema(self, kw: Keywords, qualname: str) -> torch._C.FunctionSchema:
         """The op schema from ``schema=`` and/or the annotated kernels, which must all agree."""
         derived = self.derived(qualname, None if kw.mutates_unknown else kw.mutates_args, kw.tags, bool(kw.schema or self.inherited_schema))
-        others = [d for d in derived[1:] if d[2] is not derived[0][2]]  # kernels annotated alike share one parse
-        if others:
+        if others := [d for d in derived[1:] if d[2] is not derived[0][2]]:  # kernels annotated alike share one parse
             first_hook, _, first = derived[0]
             against = formatdef(self.cls_name, first_hook, self.kernels[first_hook])
             self.agree(first, others, against, "give every annotated kernel the same signature, or annotate only one")
@@ -273,11 +266,8 @@ class OpBuilder:
             self.agree(explicit, derived[:1], f"schema={kw.schema!r}", "make the annotations match the schema, or drop them")
             in_schema = {a.name for a in Arguments.of(explicit).written}
             if kw.mutates_given and not kw.mutates_unknown and set(kw.mutates_args) != in_schema:
-                self.fail(
-                    None,
-                    f"schema={kw.schema!r} mutates {sorted(in_schema)} but mutates_args={tuple(sorted(set(kw.mutates_args)))}",
-                    "mark exactly the mutated arguments with (a!) in the schema and list them in mutates_args",
-                )
+                problem = f"schema={kw.schema!r} mutates {sorted(in_schema)} but mutates_args={tuple(sorted(set(kw.mutates_args)))}"
+                self.fail(None, problem, "mark exactly the mutated arguments with (a!) in the schema and list them in mutates_args")
             self.schema_text = kw.schema.strip()
             return explicit
         if not derived and self.inherited_schema is not None:

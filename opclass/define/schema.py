@@ -10,6 +10,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import typing
@@ -35,51 +36,51 @@ def derive(fn: Any, mutates_args: Sequence[str], tags: Sequence[torch.Tag]) -> s
     for idx, (name, p) in enumerate(sig.parameters.items()):
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
             kind = {p.VAR_POSITIONAL: "*args", p.VAR_KEYWORD: "**kwargs", p.POSITIONAL_ONLY: "positional-only parameters"}[p.kind]
-            raise SchemaProblem(name, f"{kind} have no schema form", "list every parameter by name")
+            raise SchemaProblem(f"{kind} have no schema form", "list every parameter by name")
         if name not in annotations:
             receiver = receiver_problem(sig) if idx == 0 else None  # a method's self, cls or ctx
-            raise SchemaProblem(name, *(receiver or (f"parameter {name!r} has no annotation", f"annotate it, e.g. {suggest_annotation(name, p.default)}")))
+            raise SchemaProblem(*(receiver or (f"parameter {name!r} has no annotation", f"annotate it, e.g. {suggest_annotation(name, p.default)}")))
         try:
             ptype = param_type(annotations[name])
         except SchemaProblem as e:
-            raise SchemaProblem(name, f"parameter {name!r}: {e.problem}", e.fix) from None
+            raise SchemaProblem(f"parameter {name!r}: {e.problem}", e.fix) from None
         if p.kind is p.KEYWORD_ONLY and "*" not in params:
             params.append("*")
         text = ptype
         if name in mutates_args:
             if not ptype.startswith("Tensor"):
-                raise SchemaProblem(name, f"mutates_args names {name!r}, which is {ptype}, not a Tensor", f"remove {name!r} from mutates_args")
+                raise SchemaProblem(f"mutates_args names {name!r}, which is {ptype}, not a Tensor", f"remove {name!r} from mutates_args")
             text = f"Tensor(a{idx}!){ptype[len('Tensor'):]}"
             if tagged_out(tags):
                 if p.kind is not p.KEYWORD_ONLY or ptype != "Tensor":
-                    raise SchemaProblem(name, f"Tag.out needs {name!r} to be a keyword-only Tensor", f"write it after '*' as {name}: Tensor")
+                    raise SchemaProblem(f"Tag.out needs {name!r} to be a keyword-only Tensor", f"write it after '*' as {name}: Tensor")
                 out_names.append(name)
         if p.kind is not p.KEYWORD_ONLY:
             positional.append((idx, name, ptype))
         if p.default is not p.empty and dataclasses.is_dataclass(annotations[name]):
-            raise SchemaProblem(name, f"config parameter {name!r} has a default, which a schema cannot hold", f"drop the default; callers pass {name} explicitly")
+            raise SchemaProblem(f"config parameter {name!r} has a default, which a schema cannot hold", f"drop the default; callers pass {name} explicitly")
         text += f" {name}"
         if p.default is not p.empty:
             try:
                 text += f"={default_text(p.default, ptype)}"
             except SchemaProblem as e:
-                raise SchemaProblem(name, f"parameter {name!r}: {e.problem}", e.fix) from None
+                raise SchemaProblem(f"parameter {name!r}: {e.problem}", e.fix) from None
         params.append(text)
     if "return" not in annotations:
-        raise SchemaProblem(None, "the return has no annotation", "annotate it, e.g. -> Tensor, or -> None")
+        raise SchemaProblem("the return has no annotation", "annotate it, e.g. -> Tensor, or -> None")
     ret = return_type(annotations["return"])
     if tagged_inplace(tags):
         if not positional or positional[0][2] != "Tensor" or set(mutates_args) != {positional[0][1]}:
-            raise SchemaProblem(None, "Tag.inplace needs the first parameter to be a Tensor that is the only one mutated", "set mutates_args=(first parameter name,)")
+            raise SchemaProblem("Tag.inplace needs the first parameter to be a Tensor that is the only one mutated", "set mutates_args=(first parameter name,)")
         if ret != "Tensor":
-            raise SchemaProblem(None, "Tag.inplace needs the return annotation -> Tensor", "return the mutated first argument, annotated -> Tensor")
+            raise SchemaProblem("Tag.inplace needs the return annotation -> Tensor", "return the mutated first argument, annotated -> Tensor")
         ret = f"Tensor(a{positional[0][0]}!)"
     if tagged_out(tags):
         if not out_names:
-            raise SchemaProblem(None, "Tag.out needs at least one keyword-only Tensor in mutates_args", "add e.g. *, out: Tensor and mutates_args=('out',)")
+            raise SchemaProblem("Tag.out needs at least one keyword-only Tensor in mutates_args", "add e.g. *, out: Tensor and mutates_args=('out',)")
         expected = "Tensor" if len(out_names) == 1 else "(" + ", ".join(["Tensor"] * len(out_names)) + ")"
         if ret != expected:
-            raise SchemaProblem(None, f"Tag.out needs the return annotation to match the out arguments {tuple(out_names)}", f"annotate the return as {expected.replace('(', 'tuple[').replace(')', ']')}")
+            raise SchemaProblem(f"Tag.out needs the return annotation to match the out arguments {tuple(out_names)}", f"annotate the return as {expected.replace('(', 'tuple[').replace(')', ']')}")
         aliases = [f"Tensor(a{list(sig.parameters).index(n)}!)" for n in out_names]
         ret = aliases[0] if len(aliases) == 1 else "(" + ", ".join(aliases) + ")"
     return "(" + ", ".join(params) + ") -> " + ret
@@ -89,11 +90,9 @@ def tensor_parameters(fn: Any) -> tuple[str, ...]:
     """The parameters annotated with a Tensor type (what ``mutates_args="unknown"`` marks mutated)."""
     found = []
     for name, ann in resolve_annotations(fn).items():
-        try:
+        with contextlib.suppress(SchemaProblem):  # derive() reports it
             if name != "return" and param_type(ann).startswith("Tensor"):
                 found.append(name)
-        except SchemaProblem:
-            pass  # derive() reports it
     return tuple(found)
 
 
@@ -177,8 +176,7 @@ def annotation_problem(fn: Any, schema: torch._C.FunctionSchema) -> str | None:
         for name, ann in annotations.items():
             if name in table.names:
                 got = param_type(ann)
-                jit = Arguments.of(parse("opclass::check", f"({got} a) -> ()"))[0].jit
-                if jit != table[name].jit:
+                if Arguments.of(parse("opclass::check", f"({got} a) -> ()"))[0].jit != table[name].jit:
                     return f"parameter {name!r} is annotated {got}, but the op's schema says {table[name].jit}"
         if "return" in annotations:
             got = return_type(annotations["return"])
@@ -242,8 +240,7 @@ def kernel_signature_problem(fn: Any, table: Arguments) -> str | None:
     expected = table.names
     # A positional-only parameter is matched by position: callers never pass it by name.
     names = [expected[i] if p.kind is p.POSITIONAL_ONLY and i < len(expected) and not table[i].keyword_only else p.name for i, p in enumerate(ps)]
-    receiver = receiver_problem(sig) if names[:1] != expected[:1] else None
-    if receiver is not None:
+    if names[:1] != expected[:1] and (receiver := receiver_problem(sig)) is not None:
         return receiver[0]
     if names != expected:
         return f"its parameters ({', '.join(p.name for p in ps)}) do not match the op's ({', '.join(expected)})"

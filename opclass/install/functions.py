@@ -114,7 +114,6 @@ def _formulas(record: OpRecord) -> tuple[type[torch.autograd.Function], Callable
     kw_index = {a.name: n_pos + i for i, a in enumerate(kw_only)}
     qualname, cls_name = record.qualname, record.cls_name
     formula = record.formula or Formula()
-    no_formula = f"Trying to backward through {qualname} ({cls_name}), but no autograd formula was registered" + (f": {formula.missing}" if formula.missing else "")
     # The user's setup_context, called in its own form (no adapter frame).
     user_setup, setup_kw, user_backward_fn, user_jvp = formula.setup_context, formula.setup_keywords, formula.backward, formula.jvp
     fresh, single, finish = output_is_fresh(), record.outputs.single, record.outputs.finish
@@ -128,21 +127,9 @@ def _formulas(record: OpRecord) -> tuple[type[torch.autograd.Function], Callable
     setup_where = formula.setup_where or where
 
     def setup_failed(e: Exception) -> None:
-        """A torch error raised in setup_context names the op and the hook."""
         if not raised_by_torch(e):
             raise e
         reraise(e, setup_where)
-
-    def run_setup(ctx: Any, inputs: tuple[Any, ...], kw_names: tuple[str, ...], kw_values: tuple[Any, ...], out: Any) -> None:
-        """The user's setup_context (never None here), as the generic Function runs it."""
-        try:
-            if setup_kw:
-                user_setup(ctx, inputs, {**kw_defaults, **dict(zip(kw_names, kw_values))}, out)  # type: ignore[misc]
-            else:
-                user_setup(ctx, inputs, out)  # type: ignore[misc]
-        except Exception as e:
-            setup_failed(e)
-        check_saved(ctx)
 
     def check_saved(ctx: Any) -> None:
         # torch checks what save_for_backward got only after setup_context returns, naming neither.
@@ -181,7 +168,7 @@ def _formulas(record: OpRecord) -> tuple[type[torch.autograd.Function], Callable
 
     def user_backward(ctx: Any, grads: tuple[Any, ...]) -> tuple[Any, ...]:
         if user_backward_fn is None:
-            raise RuntimeError(no_formula)
+            raise RuntimeError(f"Trying to backward through {qualname} ({cls_name}), but no autograd formula was registered" + (f": {formula.missing}" if formula.missing else ""))
         raw = user_backward_fn(ctx, *grads)
         result: tuple[Any, ...] = raw if isinstance(raw, tuple) else (raw,)
         n, given = len(result), getattr(ctx, "_opclass_passed", n_pos)
@@ -237,7 +224,13 @@ def _formulas(record: OpRecord) -> tuple[type[torch.autograd.Function], Callable
                 n: len(v) for n, v in zip(call.kw_names, flat[call.n_args : -1]) if n in kw_lists and type(v) in (list, tuple) and (kw_lists[n] or not v)
             }
         if user_setup is not None:
-            run_setup(ctx, flat[: call.n_args] + pos_defaults[call.n_args :], call.kw_names, flat[call.n_args : -1], out)
+            inputs = flat[: call.n_args] + pos_defaults[call.n_args :]
+            given = (inputs, {**kw_defaults, **dict(zip(call.kw_names, flat[call.n_args : -1]))}, out) if setup_kw else (inputs, out)
+            try:
+                user_setup(ctx, *given)
+            except Exception as e:
+                setup_failed(e)
+            check_saved(ctx)
         ctx._opclass_call = call
 
     def jvp(ctx: Any, *tangents: Any) -> Any:

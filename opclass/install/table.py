@@ -344,6 +344,8 @@ class KernelTable:
         if isinstance(names, str):
             raise TypeError(f"{source} takes the provider names of {self.qualname} as a list, not the string {names!r}: write [{names!r}]")
         names = tuple(names)
+        if not names:
+            raise ValueError(f"{source}: an empty order for {self.qualname} would run nothing: name its providers, or pass None for the declaration's order")
         known = [e.name for e in self.entries]
         for name in names:
             if not isinstance(name, str):
