@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CustomOp", "DEVICE_TYPES", "Hook", "HookContext", "Int", "OpDefinitionError", "OpMeta", "OpRecord", "ProviderInfo", "SUPPORTED_TYPES", "SchemaType",
     "add_provider", "decompositions", "device_hook", "explain_providers", "guard_backend", "guard_info", "hooks", "provider", "provider_order", "providers_of", "register_hook",
-    "remove", "remove_namespace", "remove_provider", "set_provider_mode", "set_provider_order", "tune_providers", "unregister_hook", "use_providers",
+    "remove", "remove_namespace", "remove_provider", "set_provider_mode", "set_provider_order", "tune_providers", "unregister_hook", "use_providers", "which_provider",
 ]
 __version__ = "0.1.0"
 

@@ -42,7 +42,7 @@ from opclass.install.table import KernelTable, describe_call
 P = ParamSpec("P")
 R = TypeVar("R")
 
-__all__ = ["add_provider", "remove_provider", "set_provider_order", "set_provider_mode", "use_providers", "explain_providers", "tune_providers", "providers_of", "provider_order", "ProviderInfo"]
+__all__ = ["add_provider", "remove_provider", "set_provider_order", "set_provider_mode", "use_providers", "explain_providers", "tune_providers", "providers_of", "provider_order", "which_provider", "ProviderInfo"]
 
 
 def _record(op: Any) -> records.OpRecord:
@@ -72,8 +72,8 @@ def add_provider(
     available: Callable[[], bool] | None = None,
     batch_invariant: bool = False,
     deterministic: bool = False,
-    atol: float | None = None,
-    rtol: float | None = None,
+    atol: float | Mapping[torch.dtype, float] | None = None,
+    rtol: float | Mapping[torch.dtype, float] | None = None,
 ) -> None:
     """Add a provider named ``name`` to ``op`` (its class, or ``"ns::op"``) from another module,
     without subclassing: a vendor package adds its kernel to a library's op. The options are
@@ -172,24 +172,31 @@ def set_provider_order(op: Any, names: Sequence[str] | None) -> None:
     _refresh_all()
 
 
-def set_provider_mode(*, batch_invariant: bool = False, deterministic: bool = False) -> None:
+def set_provider_mode(*, batch_invariant: bool = False, deterministic: bool = False, reference: bool = False) -> None:
     """Restrict every op's providers, process-wide, to those flagged ``batch_invariant`` and/or
-    ``deterministic`` (both ``False``: no restriction; ``OPCLASS_PROVIDER_MODE`` adds to it).
+    ``deterministic``; with ``reference``, run every op's own kernels (its device kernel, else
+    ``default``) and no provider, whatever the orders say: numerics bisection. All ``False``: no
+    restriction (``OPCLASS_PROVIDER_MODE`` adds to it: ``batch_invariant,reference``...).
 
     Example:
         >>> import opclass
         >>> opclass.set_provider_mode(batch_invariant=True)
         >>> opclass.set_provider_mode()
     """
-    state.set_mode(frozenset(f for f, on in zip(state.FLAGS, (batch_invariant, deterministic)) if on))
+    state.set_mode(_mode(batch_invariant, deterministic, reference))
     _refresh_all()
 
 
+def _mode(*on: bool) -> frozenset[str]:
+    return frozenset(m for m, wanted in zip(state.MODES, on) if wanted)
+
+
 @contextlib.contextmanager
-def use_providers(orders: Mapping[Any, Sequence[str]] | None = None, *, batch_invariant: bool = False, deterministic: bool = False) -> Iterator[None]:
+def use_providers(orders: Mapping[Any, Sequence[str]] | None = None, *, batch_invariant: bool = False, deterministic: bool = False, reference: bool = False) -> Iterator[None]:
     """For the calls made inside the block in its context (its thread, or its asyncio task: a
     ``contextvars`` context): these orders (op class or ``"ns::op"`` -> provider names), and the
-    mode restricted to providers with these flags. Nestable; the innermost block wins. Other
+    mode (these flags; ``reference``: the ops' own kernels only, see :func:`set_provider_mode`).
+    Nestable; the innermost block wins. Other
     threads and tasks are unaffected, and so are the ops the block does not concern: their
     plain calls keep their fast path.
 
@@ -199,7 +206,7 @@ def use_providers(orders: Mapping[Any, Sequence[str]] | None = None, *, batch_in
     for op, names in (orders or {}).items():
         table = _table(op)
         found[table.qualname] = table.check_order(names, "opclass.use_providers")
-    with state.block(state.State(found, frozenset(f for f, on in zip(state.FLAGS, (batch_invariant, deterministic)) if on))):
+    with state.block(state.State(found, _mode(batch_invariant, deterministic, reference))):
         yield
 
 
@@ -221,6 +228,35 @@ def explain_providers(op: Any, *args: Any, **kwargs: Any) -> str:
     lines = [f"{record.qualname}({describe_call(record, args, kwargs)}) on {device}:"]
     lines += [f"  {e.name} ({e.runs_where}): {why or 'runs'}" for e, why in table.now(device if device in table.kernels else None).explain(args, kwargs)]
     return "\n".join(lines)
+
+
+def which_provider(op: Any, *args: Any, **kwargs: Any) -> str | None:
+    """The name of the kernel ``op(*args, **kwargs)`` runs in this context (a provider, or the
+    op's own: ``"default"``, ``"cpu"``...), ``None`` where none takes the call: for logs and
+    metrics, as :func:`explain_providers` says it in words.
+
+    Example:
+        >>> import torch, opclass
+        >>> class DocsWhich(opclass.CustomOp, name="docs_which::neg"):
+        ...     @staticmethod
+        ...     def default(x: torch.Tensor) -> torch.Tensor:
+        ...         return -x
+        ...     half = opclass.provider("cpu", supports=lambda x: x.dtype == torch.float16)(staticmethod(lambda x: 0 - x))
+        >>> opclass.which_provider(DocsWhich, torch.ones(1)), opclass.which_provider(DocsWhich, torch.ones(1).half())
+        ('default', 'half')
+        >>> with opclass.use_providers(reference=True):
+        ...     opclass.which_provider(DocsWhich, torch.ones(1).half())
+        'default'
+        >>> opclass.remove(DocsWhich)
+    """
+    record = _record(op)
+    record.signature.bind(*args, **kwargs)
+    device = record.arguments.device_of(args, kwargs)
+    table = record.table
+    if not table.has_providers:
+        return next((e.name for e in table.entries if e.runs_on(device)), None)
+    chosen = table.now(device if device in table.kernels else None).pick(args, kwargs)
+    return None if chosen is None else chosen.name
 
 
 def tune_providers(op: Any, samples: Iterable[Any] | None = None, *, min_run_time: float = 0.2, show: bool = True) -> list[str]:

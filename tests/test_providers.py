@@ -572,3 +572,58 @@ def test_the_example_under_inductor_and_the_environment(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OPCLASS_PROVIDERS": "opclass_examples::rms_norm=numpy,default"}
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, check=True).stdout
     assert out.strip().splitlines()[-1] == "['opclass_examples::rms_norm [numpy]']"
+
+
+def test_the_reference_switch_runs_every_ops_own_kernels(ns: str) -> None:
+    op = make(ns)  # plus1 would run a float32 call; default is the op's own kernel
+
+    class OnlyProviders(CustomOp, name=f"{ns}::only"):
+        @opclass.provider("cpu")
+        @staticmethod
+        def fast(x: Tensor) -> Tensor:
+            return x + 1
+
+    x = torch.zeros(2)
+    assert ran(op, x) == {1.0} and opclass.which_provider(op, x) == "plus1"
+    with opclass.use_providers({op: ["plus2"]}, reference=True):  # whatever the order says
+        assert ran(op, x) == {0.0} and opclass.which_provider(op, x) == "default"
+        assert opclass.which_provider(OnlyProviders, x) is None
+        with pytest.raises(RuntimeError, match=r"no provider runs this call \(x: Tensor\(float32, \[2\], cpu\)\): fast: a provider, and the mode is reference"):
+            OnlyProviders(x)
+    assert ran(op, x) == {1.0}
+    opclass.set_provider_mode(reference=True)
+    try:
+        assert ran(op, x) == {0.0}
+    finally:
+        opclass.set_provider_mode()
+    assert ran(op, x) == {1.0}
+
+
+def test_the_reference_switch_from_the_environment(tmp_path: Path) -> None:
+    script = tmp_path / "reference.py"
+    script.write_text(
+        "import torch, opclass\nfrom torch import Tensor\n"
+        "class Op(opclass.CustomOp, name='t_ref::op'):\n"
+        "    @staticmethod\n    def default(x: Tensor) -> Tensor:\n        return x.clone()\n"
+        "    @opclass.provider('cpu')\n    @staticmethod\n    def one(x: Tensor) -> Tensor:\n        return x + 1\n"
+        "print(float(Op(torch.zeros(1))[0]), float(Op.op(torch.zeros(1))[0]), opclass.which_provider(Op, torch.zeros(1)))\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT), "OPCLASS_PROVIDER_MODE": "reference"}, cwd=tmp_path)
+    assert done.stdout.strip() == "0.0 0.0 default", done.stderr
+
+
+def test_tolerances_per_dtype(ns: str) -> None:
+    def rounded(x: Tensor, k: float = 0.0) -> Tensor:  # a few float16 ulps off, exact in float32
+        return x + k + (4e-3 if x.dtype == torch.float16 else 0.0)
+
+    op = clean(ns)
+    opclass.add_provider(op, "rounded", rounded, "cpu", atol={torch.float16: 1e-2}, rtol={torch.float16: 1e-2})
+    samples = [(torch.ones(4, 3), 0.5), (torch.ones(4, 3, dtype=torch.float16), 0.5)]
+    opclass.testing.check_op(op, samples, opcheck=False)
+    opclass.remove_provider(op, "rounded")
+    opclass.add_provider(op, "rounded", lambda x, k=0.0: x + k + 1e-3, "cpu", atol={torch.float16: 1e-2})  # float32 keeps the defaults
+    with pytest.raises(AssertionError, match=r"\(Clean.rounded\) disagrees"):
+        opclass.testing.check_op(op, samples, opcheck=False)
+    opclass.remove_provider(op, "rounded")
+    with pytest.raises(OpDefinitionError, match=r"atol=\{'fp16': 0.01\} is no tolerance; write atol=1e-5, or one per dtype"):
+        opclass.add_provider(op, "bad", rounded, "cpu", atol={"fp16": 1e-2})  # type: ignore[dict-item]

@@ -59,8 +59,8 @@ def provider(
     available: Callable[[], bool] | None = None,
     batch_invariant: bool = False,
     deterministic: bool = False,
-    atol: float | None = None,
-    rtol: float | None = None,
+    atol: float | Mapping[torch.dtype, float] | None = None,
+    rtol: float | Mapping[torch.dtype, float] | None = None,
 ) -> Callable[[F], F]:
     """Declare a static method of an op class a provider of the op (its name: the method's).
 
@@ -76,7 +76,9 @@ def provider(
         batch_invariant: row i of a batched output does not depend on the other rows (a
             batch-invariant mode runs only such providers; ``opclass.testing.check_op`` checks it).
         deterministic: the same inputs give the same bits (a deterministic mode runs only such).
-        atol, rtol: tolerances against the reference in ``opclass.testing.check_op`` and debug mode.
+        atol, rtol: tolerances against the reference in ``opclass.testing.check_op`` and debug mode:
+            one value, or one per dtype of the outputs (``{torch.float16: 1e-2, torch.float32: 1e-5}``;
+            a dtype left out gets ``torch.testing.assert_close``'s defaults).
 
     On the op's own kernel hooks (``default``, ``cpu``...) it declares that kernel's flags,
     tolerances, ``supports`` and ``available`` (not its device: the hook's). Example: in the
@@ -177,6 +179,10 @@ def check_predicates(options: Options, arguments: Arguments) -> tuple[str, str] 
     for label, check in (("supports", options.supports), ("available", options.available)):
         if check is not None and (problem := _predicate_problem(label, check, arguments if label == "supports" else None)) is not None:
             return problem
+    for label, tol in (("atol", options.atol), ("rtol", options.rtol)):
+        per_dtype = tol.items() if isinstance(tol, Mapping) else [(torch.float32, tol)]
+        if tol is not None and not all(isinstance(d, torch.dtype) and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for d, v in per_dtype):
+            return f"{label}={tol!r} is no tolerance", f"write {label}=1e-5, or one per dtype: {label}={{torch.float16: 1e-2, torch.float32: 1e-5}}"
     return None
 
 

@@ -19,10 +19,13 @@ from typing import Any, Callable, Iterator, Mapping
 
 from opclass.errors import did_you_mean
 
-__all__ = ["ENV", "MODE_ENV", "FLAGS", "State", "Block", "BLOCK", "global_state", "current", "set_order", "set_mode", "block", "ENV_STATE", "version", "source", "check_env", "near_misses"]
+__all__ = ["ENV", "MODE_ENV", "FLAGS", "MODES", "State", "Block", "BLOCK", "global_state", "current", "set_order", "set_mode", "block", "ENV_STATE", "version", "source", "check_env", "near_misses"]
 
 ENV, MODE_ENV = "OPCLASS_PROVIDERS", "OPCLASS_PROVIDER_MODE"
 FLAGS = ("batch_invariant", "deterministic")
+#: A mode is flags every provider that runs must have, and ``reference``: only the op's own
+#: kernels run, whatever the order (numerics bisection).
+MODES = (*FLAGS, "reference")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,8 +57,8 @@ def _parse_env(raw: str, raw_mode: str) -> tuple[dict[str, tuple[str, ...]], fro
             raise ValueError(f"{ENV}={raw!r}: {op} has two entries: give each op one")
         orders[op] = names
     mode = frozenset(m.strip() for m in raw_mode.split(",") if m.strip())
-    if mode - set(FLAGS):
-        raise ValueError(f"{MODE_ENV}={raw_mode!r}: {', '.join(sorted(mode - set(FLAGS)))} is no flag; the flags are {', '.join(FLAGS)}")
+    if mode - set(MODES):
+        raise ValueError(f"{MODE_ENV}={raw_mode!r}: {', '.join(sorted(mode - set(MODES)))} is no mode; the modes are {', '.join(MODES)}")
     return orders, mode
 
 

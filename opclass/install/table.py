@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn, Sequence
 
 import torch
 from torch import _C
+from torch.utils._pytree import tree_leaves
 
 from opclass.core.shield import shield
 from opclass.errors import did_you_mean, first_line, definition_error
@@ -53,15 +54,19 @@ class Options:
     available: Callable[[], bool] | None = None
     batch_invariant: bool = False
     deterministic: bool = False
-    atol: float | None = None
-    rtol: float | None = None
+    #: One value, or one per dtype (``{torch.float16: 1e-2, torch.float32: 1e-5}``).
+    atol: float | Mapping[torch.dtype, float] | None = None
+    rtol: float | Mapping[torch.dtype, float] | None = None
 
     def flags(self) -> frozenset[str]:
         return frozenset(f for f in orders.FLAGS if getattr(self, f))
 
-    def tolerances(self) -> tuple[float | None, float | None]:
-        """``(atol, rtol)`` for ``torch.testing.assert_close``: both ``None`` (its defaults), or both set."""
-        return (None, None) if self.atol is None and self.rtol is None else (self.atol or 0.0, self.rtol or 0.0)
+    def tolerances(self, values: Any = ()) -> tuple[float | None, float | None]:
+        """``(atol, rtol)`` for ``torch.testing.assert_close`` of ``values`` (per dtype: that of
+        their first floating Tensor): both ``None`` (its defaults), or both set."""
+        dtype = next((t.dtype for t in tree_leaves(values) if isinstance(t, torch.Tensor) and t.is_floating_point()), None)
+        atol, rtol = ((v.get(dtype) if dtype else None) if isinstance(v, Mapping) else v for v in (self.atol, self.rtol))
+        return (None, None) if atol is None and rtol is None else (atol or 0.0, rtol or 0.0)
 
 
 def options_of(fn: Any) -> Options | None:
@@ -145,15 +150,16 @@ class Choice:
 
     def __init__(self, table: KernelTable, slot: str | None, state: orders.State) -> None:
         self.table = table
-        ranked = table.ranked(state)
+        reference, flags = "reference" in state.mode, state.mode - {"reference"}
+        ranked = [e for e in table.entries if e.own] if reference else table.ranked(state)
         #: Every entry, the candidates in order first, with why it is no candidate (``None``: it is).
-        self.reasons: list[tuple[Entry, str | None]] = [(e, e.excluded(slot, state.mode)) for e in ranked]
-        self.reasons += [(e, "not in the order in force") for e in table.entries if e not in ranked]
+        self.reasons: list[tuple[Entry, str | None]] = [(e, e.excluded(slot, flags)) for e in ranked]
+        self.reasons += [(e, "a provider, and the mode is reference" if reference else "not in the order in force") for e in table.entries if e not in ranked]
         candidates = [e for e, why in self.reasons if why is None]
         upto = next((i + 1 for i, e in enumerate(candidates) if e.options.supports is None), len(candidates))
         #: The names the order in force gives that the op does not have: every call is refused
-        #: (an order that cannot apply is an error, not a shorter order).
-        self.missing = [n for n in state.orders.get(table.qualname, ()) if n not in {e.name for e in table.entries}]
+        #: (an order that cannot apply is an error, not a shorter order; the reference mode reads none).
+        self.missing = [] if reference else [n for n in state.orders.get(table.qualname, ()) if n not in {e.name for e in table.entries}]
         #: What a call may run, in order: up to the first candidate without a predicate.
         self.tried: tuple[Entry, ...] = () if self.missing else tuple(candidates[:upto])
         self._complete = table.record.arguments.complete
