@@ -35,11 +35,6 @@ class State:
     orders: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     mode: frozenset[str] = frozenset()
 
-    @property
-    def own_only(self) -> bool:
-        """The reference mode: the ops' own kernels run, and no provider."""
-        return MODES[-1] in self.mode
-
     def over(self, base: State) -> State:
         """This state's orders and mode over ``base``'s."""
         return State({**base.orders, **self.orders}, base.mode | self.mode)

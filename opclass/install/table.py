@@ -150,7 +150,8 @@ class Choice:
 
     def __init__(self, table: KernelTable, slot: str | None, state: orders.State) -> None:
         self.table = table
-        reference, flags = state.own_only, state.mode & frozenset(orders.FLAGS)
+        # The reference mode: the op's own kernels, and no provider, whatever the order.
+        reference, flags = orders.MODES[-1] in state.mode, state.mode & frozenset(orders.FLAGS)
         ranked = [e for e in table.entries if e.own] if reference else table.ranked(state)
         #: Every entry, the candidates in order first, with why it is no candidate (``None``: it is).
         self.reasons: list[tuple[Entry, str | None]] = [(e, e.excluded(slot, flags)) for e in ranked]
