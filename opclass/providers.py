@@ -313,7 +313,13 @@ def tune_providers(op: Any, samples: Iterable[Any] | None = None, *, min_run_tim
 
 
 class ProviderInfo(NamedTuple):
-    """One kernel of an op, as :func:`providers_of` lists it."""
+    """One kernel of an op, as :func:`providers_of` lists it.
+
+    Example:
+        >>> import opclass
+        >>> opclass.ProviderInfo("fast", ("cpu",), frozenset(), True, "", "class body", True).devices
+        ('cpu',)
+    """
 
     name: str
     #: The device types it runs on (``None``: every one).

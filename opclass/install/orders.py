@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from opclass.errors import did_you_mean
 
-__all__ = ["ENV", "MODE_ENV", "FLAGS", "MODES", "State", "Block", "BLOCK", "global_state", "current", "set_order", "set_mode", "block", "ENV_STATE", "version", "source", "check_env", "near_misses"]
+__all__ = ["ENV", "MODE_ENV", "FLAGS", "MODES", "State", "Block", "BLOCK", "global_state", "current", "set_order", "set_mode", "block", "ENV_STATE", "version", "source", "check_env", "near_misses", "repeated"]
 
 ENV, MODE_ENV = "OPCLASS_PROVIDERS", "OPCLASS_PROVIDER_MODE"
 FLAGS = ("batch_invariant", "deterministic")
@@ -51,8 +51,8 @@ def _parse_env(raw: str, raw_mode: str) -> tuple[dict[str, tuple[str, ...]], fro
             if not name.isidentifier():
                 fix = "separate two ops' entries with ';'" if "=" in name or "::" in name else "a provider's name is a Python identifier"
                 raise ValueError(f"{ENV}={raw!r}: {name!r} in the order of {op} is no provider name: {fix}")
-            if names.count(name) > 1:
-                raise ValueError(f"{ENV}={raw!r}: the order of {op} names {name!r} twice: name each provider once")
+        if (twice := repeated(names)) is not None:
+            raise ValueError(f"{ENV}={raw!r}: the order of {op} names {twice!r} twice: name each provider once")
         if op in orders:
             raise ValueError(f"{ENV}={raw!r}: {op} has two entries: give each op one")
         orders[op] = names
@@ -60,6 +60,11 @@ def _parse_env(raw: str, raw_mode: str) -> tuple[dict[str, tuple[str, ...]], fro
     if mode - set(MODES):
         raise ValueError(f"{MODE_ENV}={raw_mode!r}: {', '.join(sorted(mode - set(MODES)))} is no mode; the modes are {', '.join(MODES)}")
     return orders, mode
+
+
+def repeated(names: tuple[str, ...]) -> str | None:
+    """A name an order gives twice, which every source of orders refuses."""
+    return next((name for name in names if names.count(name) > 1), None)
 
 
 def _read() -> tuple[str, str]:

@@ -354,15 +354,15 @@ class KernelTable:
         if not names:
             raise ValueError(f"{source}: an empty order for {self.qualname} would run nothing: name its providers, or pass None for the declaration's order")
         known = [e.name for e in self.entries]
+        if (twice := orders.repeated(names)) is not None:
+            raise ValueError(f"{source} names provider {twice!r} twice for {self.qualname}: name each once")
         for name in names:
             if not isinstance(name, str):
                 raise TypeError(f"{source}: {name!r} in the order of {self.qualname} is no provider name (str); it has {', '.join(known)}")
-            if names.count(name) > 1:
-                raise ValueError(f"{source} names provider {name!r} twice for {self.qualname}: name each once")
             if name not in known:
                 guess = did_you_mean(name, known)
                 raise ValueError(f"{source} names provider {name!r} for {self.qualname}, which has {', '.join(known)}" + (f": did you mean {guess!r}?" if guess else ""))
-        return tuple(names)
+        return names
 
     def shown(self) -> str:
         """``providers: a (cpu; supports()), b (any device)``: the order in force, for ``repr(record)``."""
