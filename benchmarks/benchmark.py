@@ -15,12 +15,14 @@ the checks each guard must meet ("targets met"), per guard.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -130,6 +132,13 @@ def _define_ops(n: int, prefix: str) -> dict[str, Any]:
 
         return Provided
 
+    class Tabled(opclass.CustomOp, name=f"{prefix}_oc{n}::tabled"):
+        # Two providers of the same kernel: the declaration's order runs the first, a tuning table
+        # (see _load_table) the second.
+        default = staticmethod(_make_function(f"oc_tref_{n}", clone, n, dict(ns)))
+        first = opclass.provider(("cpu", "cuda"))(staticmethod(_make_function(f"oc_t1_{n}", clone, n, dict(ns))))
+        second = opclass.provider(("cpu", "cuda"))(staticmethod(kernel))
+
     return {
         "direct": direct,
         "mutate_direct": mutate_direct,
@@ -144,6 +153,7 @@ def _define_ops(n: int, prefix: str) -> dict[str, Any]:
         "kernel": kernel,
         "providers": providers(False),
         "providers_predicate": providers(True),
+        "tabled": Tabled,
         "predicate": float32,
         "lib": lib,
         "opclass_ns": f"{prefix}_oc{n}",
@@ -203,6 +213,7 @@ def run(min_run_time: float = 1.0, counts: tuple[int, ...] = (1, 14), device: st
         plain = [torch.randn(4, device=device) for _ in range(n)]
         grad = [torch.randn(4, device=device, requires_grad=True) for _ in range(n)]
         sub = [torch.randn(4, device=device).as_subclass(_Subclass) for _ in range(n)]
+        _load_table(ops["tabled"], plain)
         scenarios: list[tuple[str, str, Callable[..., Any], list[Any], bool]] = [
             ("no-grad", "direct", ops["direct"], plain, False),
             ("no-grad", "define/impl", ops["define_impl"], plain, False),
@@ -230,6 +241,7 @@ def run(min_run_time: float = 1.0, counts: tuple[int, ...] = (1, 14), device: st
             ("providers", "predicate alone", ops["predicate"], plain, False),
             ("providers", "opclass, 3 providers, predicate", ops["providers_predicate"], plain, False),
             ("providers", "MyOp.op, 3 providers, predicate", ops["providers_predicate"].op, plain, False),
+            ("providers", "opclass, 2 providers, tuning table", ops["tabled"], plain, False),
         ]
         for scenario, impl, fn, args, inference in scenarios:
             us = _time(fn, args, min_run_time, inference) * 1e6
@@ -238,6 +250,17 @@ def run(min_run_time: float = 1.0, counts: tuple[int, ...] = (1, 14), device: st
             rows.append({"args": n, "scenario": "providers", "impl": impl, "us": us})
         _drop(ops)
     return rows
+
+
+def _load_table(op: Any, args: list[Any]) -> None:
+    """A tuning table for ``op`` that chooses its ``second`` provider for ``args``' bucket, saved
+    and loaded as a deployment's would be (measured briefly: the choice is set, not measured)."""
+    table = opclass.tune_providers(op, [tuple(args)], sizes=(4096, 1 << 20), min_run_time=0.001, show=False)  # the predicate reads the size
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "tuning.json"
+        dataclasses.replace(table, choices={bucket: "second" for bucket in table.choices}).save(path)
+        opclass.load_tuning(path)
+    assert opclass.which_provider(op, *args) == "second", opclass.explain_providers(op, *args)
 
 
 def _block_rows(op: Any, args: list[Any], min_run_time: float) -> dict[str, float]:
@@ -515,6 +538,9 @@ def done_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
     def provider_ratio(n: int, impl: str, base: str) -> float | None:
         return _lookup(rows, n, "providers", impl) / _lookup(rows, n, "providers", base) if n in counts else None
 
+    def tabled_cost(n: int) -> float | None:
+        return _lookup(rows, n, "providers", "opclass, 2 providers, tuning table") - _lookup(rows, n, "providers", "direct") if n in counts else None
+
     def predicate_cost(n: int) -> float | None:
         if n not in counts:
             return None
@@ -544,6 +570,7 @@ def done_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
         ("providers: 3 providers - one kernel, us", provider_cost(1, "opclass, 3 providers"), None, 0.1, "choosing costs nothing without a predicate"),
         ("providers: predicate - no predicate - predicate alone, us", predicate_cost(1), None, 0.15, "a predicate costs about its own call"),
         ("providers: a block in another thread / no block", provider_ratio(1, "opclass, 3 providers, a block in another thread", "opclass, 3 providers"), None, 1.1, "other contexts keep the fast path"),
+        ("providers: tuning table - direct, us", tabled_cost(1), None, 0.3, "the table's choice: the bucket tested in C"),
         ("providers: inside a block / direct", provider_ratio(1, "opclass, 3 providers, inside a block naming it", "direct"), None, 1.5, "the block's choice, cached"),
         ("model: eager infer, opclass / plain", model_ratio("infer", "eager", "opclass", "plain"), 1.15, 1.05, ""),
         ("model: eager train, opclass / Function", model_ratio("train", "eager", "opclass", "autograd.Function"), 1.1, 1.1, ""),
@@ -894,13 +921,27 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",") if x)
 
 
-def tune(target: str, min_run_time: float) -> list[str]:
-    """``--tune module:Class``: ``opclass.tune_providers`` on the class's samples (table printed).
+def tune(path: str, target: str | None, min_run_time: float) -> opclass.Tuning:
+    """``--tune PATH``: ``opclass.tune_providers`` on the benchmark's provider op (two providers of
+    one kernel; samples of 16, 4096 and 2**20 elements), or with ``--tune-op module:Class`` on that
+    op's samples; prints the tables and saves the tuning table to ``PATH`` (for ``OPCLASS_TUNING``
+    or ``opclass.load_tuning``).
 
     Example:
-        >>> tune("examples/providers.py:RMSNorm", 0.01)  # doctest: +SKIP
-        ['cpp', 'numpy', 'default']
+        >>> tune("tuning.json", "examples/providers.py:RMSNorm", 0.01).order  # doctest: +SKIP
+        ('cpp', 'numpy', 'default')
     """
+    if target is None:
+        op = _define_ops(1, f"{_NS}_tune")["tabled"]
+        tuned = opclass.tune_providers(op, [(torch.randn(size),) for size in (16, 4096, 1 << 20)], min_run_time=min_run_time)
+    else:
+        tuned = opclass.tune_providers(_op_class(target), min_run_time=min_run_time)
+    tuned.save(path)
+    return tuned
+
+
+def _op_class(target: str) -> Any:
+    """The op class ``module:Class`` names (the module: a name, or a ``.py`` path)."""
     import importlib
     import importlib.util
 
@@ -913,7 +954,7 @@ def tune(target: str, min_run_time: float) -> list[str]:
         spec.loader.exec_module(module)
     else:
         module = importlib.import_module(where)
-    return opclass.tune_providers(getattr(module, name), min_run_time=min_run_time)
+    return getattr(module, name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -942,10 +983,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=1, help="repeat everything in fresh subprocesses, report medians (default 1)")
     parser.add_argument("--model", action="store_true", help="add the model-step table (examples/decoder_block.py; `--args` alone: no per-call table)")
     parser.add_argument("--model-backend", default="inductor", help="torch.compile backend of the compiled model steps; '': none (default inductor)")
-    parser.add_argument("--tune", metavar="MODULE:CLASS", help="only time the providers of an op class on its samples (a module name or a .py path), and print the order")
+    parser.add_argument("--tune", metavar="PATH", help="only time the providers of the benchmark's provider op per bucket of arguments, print the tables, and save the tuning table to PATH")
+    parser.add_argument("--tune-op", metavar="MODULE:CLASS", help="with --tune: tune this op class on its samples instead (a module name or a .py path)")
     ns = parser.parse_args(argv)
     if ns.tune:
-        print("order:", ",".join(tune(ns.tune, ns.min_run_time)))
+        tuned = tune(ns.tune, ns.tune_op, ns.min_run_time)
+        print(f"order: {','.join(tuned.order)}\nsaved to {ns.tune}: OPCLASS_TUNING={ns.tune} or opclass.load_tuning({ns.tune!r}) uses it")
         return 0
     start = time.perf_counter()
     skipped: dict[str, str] = {}

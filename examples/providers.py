@@ -231,8 +231,8 @@ def main() -> None:
 
     opclass.testing.check_op(RMSNorm)  # every available provider against the reference, on every sample
     print("check_op: every available provider agrees with the reference")
-    order = opclass.tune_providers(RMSNorm, min_run_time=0.05)
-    print("measured order:", order)
+    tuned = opclass.tune_providers(RMSNorm, min_run_time=0.05)  # .save(path), then opclass.load_tuning(path) or OPCLASS_TUNING
+    print("measured order:", tuned.order)
 
     xg = x.clone().requires_grad_()
     RMSNorm(xg, weight).sum().backward()

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable
 
 import torch
 
-from opclass import lifecycle
+from opclass import _plugins, lifecycle
 from opclass.builtin_hooks.builtin import register_builtin_hooks
 from opclass.callpath import dynamo
 from opclass.core import native
@@ -120,6 +120,11 @@ class OpMeta(_MetaBase):
     def schema(cls) -> str:
         """The schema without the name, e.g. ``"(Tensor x) -> Tensor"``."""
         return _live_record(cls).schema_str
+
+    @property
+    def _opclass_choice(cls) -> str:
+        # A data descriptor, read anew each time: what dynamo guards a lowered op's class call on.
+        return dynamo.choice_token(cls)
 
 
 dynamo.watch(OpMeta)
@@ -243,3 +248,5 @@ def _stubs() -> None:
 # this module, so the built-in hooks are registered, first, whichever way opclass is entered.
 register_builtin_hooks()
 _stubs()
+# The installed plugins add their providers before the first op class is defined.
+lifecycle.FIRST.append(_plugins.load_plugins)

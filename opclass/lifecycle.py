@@ -31,13 +31,25 @@ from opclass.install import orders
 from opclass.install import record as records
 from opclass.install.installer import check_name, defined_outside, in_place, install
 from opclass.install.plan import build_plan
+from opclass.install.table import LOADED
+from opclass.install.tuning import refusal
 
-__all__ = ["define", "redefine", "refresh", "remove", "remove_namespace"]
+__all__ = ["define", "redefine", "refresh", "remove", "remove_namespace", "FIRST"]
+
+#: Run once, before the first class statement defines an op, then emptied (``opclass._op`` puts
+#: the loading of the installed plugins here; a callback run earlier by other means takes itself out).
+FIRST: list[Callable[[], object]] = []
 
 
 def define(cls: type, given: dict[str, Any], unknown: dict[str, Any]) -> None:
     """A class statement, top to bottom: collect -> validate -> spec -> install -> class call."""
     orders.check_env()
+    while FIRST:
+        try:
+            first = FIRST.pop(0)
+        except IndexError:  # another thread's first class statement took it
+            break
+        first()
     builder = OpBuilder(cls, given, unknown, outside=defined_outside)
     cls._opclass_given = given  # type: ignore[attr-defined]  # for redefine()
     with memo.one_definition():
@@ -76,6 +88,10 @@ def define(cls: type, given: dict[str, Any], unknown: dict[str, Any]) -> None:
         _warn_if_other_owner(old, cls)
     for named in orders.near_misses(spec.qualname, lambda name: records.lookup(name) is not None):
         warnings.warn(f"{orders.ENV} names {named}, which is no op (yet): did you mean {spec.qualname}, defined here?", UserWarning, stacklevel=user_stacklevel())
+    tuned = orders.global_state().tuned.get(spec.qualname)
+    if tuned is not None and (why := refusal(tuned, {e.name: e.raw for e in record.table.entries})) is not None:
+        loaded = orders.TUNING_ENV if spec.qualname in orders.ENV_STATE.tuned else "opclass.load_tuning"
+        warnings.warn(f"{loaded}: the tuning table of {spec.qualname} does not fit the op defined here, so it is not used: {why}. Tune it again here: opclass.tune_providers({cls.__name__}, samples).save(path)", UserWarning, stacklevel=user_stacklevel())
 
 
 def _restore(old: records.OpRecord) -> None:
@@ -117,6 +133,11 @@ def refresh(record: records.OpRecord) -> None:
             classcall.arm(record, cls)
 
 
+# A lazy provider loaded (chosen for a call, or asked whether it is available): its op's choices
+# are compiled again, without the predicate that loaded it.
+LOADED.append(refresh)
+
+
 def remove(op: Any) -> None:
     """Remove an op's registrations (takes the op class or its qualified name): the op is gone from
     ``torch.ops`` and its class stops working. Redefining a class replaces its op without it.
@@ -141,8 +162,9 @@ def remove(op: Any) -> None:
 
 def _retire(record: records.OpRecord) -> None:
     classcall.retire(record)
-    # An order set in code for it goes with it (it would refuse a later class of that name).
+    # An order set in code for it goes with it (it would refuse a later class of that name), and a table loaded in code.
     orders.set_order(record.qualname, None)
+    orders.set_tuned(record.qualname, None)
 
 
 def remove_namespace(namespace: str) -> None:

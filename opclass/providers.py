@@ -22,27 +22,32 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import os
 import statistics
 import sys
 import warnings
-from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
+from types import EllipsisType
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence, overload
 
 from typing_extensions import ParamSpec, TypeVar
 
 import torch
 
-from opclass import lifecycle
+from opclass import _plugins, lifecycle
 from opclass._samples import samples_of
 from opclass.builtin_hooks import providers as hook
-from opclass.define.hookspec import ADDED_BY
+from opclass.define.hookspec import ADDED_BY, OPTIONAL
 from opclass.install import orders as state
 from opclass.install import record as records
-from opclass.install.table import KernelTable, describe_call
+from opclass.install.lazy import Lazy
+from opclass.install.table import MARK, KernelTable, describe_call
+from opclass.install.tuning import Bucket, Tuning, bucket_function, bucket_text, device_name, midpoints, read, refusal, source_hash
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-__all__ = ["add_provider", "remove_provider", "set_provider_order", "set_provider_mode", "use_providers", "explain_providers", "tune_providers", "providers_of", "provider_order", "which_provider", "ProviderInfo"]
+__all__ = ["add_provider", "remove_provider", "set_provider_order", "set_provider_mode", "use_providers", "explain_providers", "tune_providers", "providers_of", "provider_order", "which_provider", "ProviderInfo", "load_tuning", "Tuning"]
 
 
 def _record(op: Any) -> records.OpRecord:
@@ -62,10 +67,26 @@ def _table(op: Any) -> KernelTable:
         return record.table
 
 
+_Tolerance = float | Mapping[torch.dtype, float] | None
+_Capability = tuple[int, int] | tuple[tuple[int, int] | None, tuple[int, int] | None] | None
+
+
+# Overloads, a "module:function" string first: a function that does not fit the op is then named
+# against the op's signature by mypy and pyright alike.
+@overload
+def add_provider(
+    op: Callable[..., Any] | str, name: str, fn: str, device: str | Sequence[str] | None = None, *, supports: Callable[..., bool] | None = None, available: Callable[[], bool] | None = None,
+    batch_invariant: bool = False, deterministic: bool = False, atol: _Tolerance = None, rtol: _Tolerance = None, platform: str | None = None, capability: _Capability = None,
+) -> None: ...
+@overload
+def add_provider(
+    op: Callable[P, R] | str, name: str, fn: Callable[P, R], device: str | Sequence[str] | None = None, *, supports: Callable[..., bool] | None = None, available: Callable[[], bool] | None = None,
+    batch_invariant: bool = False, deterministic: bool = False, atol: _Tolerance = None, rtol: _Tolerance = None, platform: str | None = None, capability: _Capability = None,
+) -> None: ...
 def add_provider(
     op: Callable[P, R] | str,
     name: str,
-    fn: Callable[P, R],
+    fn: Callable[P, R] | str,
     device: str | Sequence[str] | None = None,
     *,
     supports: Callable[..., bool] | None = None,
@@ -74,6 +95,8 @@ def add_provider(
     deterministic: bool = False,
     atol: float | Mapping[torch.dtype, float] | None = None,
     rtol: float | Mapping[torch.dtype, float] | None = None,
+    platform: str | None = None,
+    capability: tuple[int, int] | tuple[tuple[int, int] | None, tuple[int, int] | None] | None = None,
 ) -> None:
     """Add a provider named ``name`` to ``op`` (its class, or ``"ns::op"``) from another module,
     without subclassing: a vendor package adds its kernel to a library's op. The options are
@@ -96,23 +119,43 @@ def add_provider(
         >>> opclass.remove_provider(DocsAdded, "mul")
         >>> opclass.remove(DocsAdded)
     """
-    record = _record(op)
-    mark = hook.provider(device, supports=supports, available=available, batch_invariant=batch_invariant, deterministic=deterministic, atol=atol, rtol=rtol)
-    marked = mark(fn).__func__  # type: ignore[attr-defined]
+    lazy = Lazy(fn) if isinstance(fn, str) else None
+    state.check_env()
+    record = None if isinstance(op, str) and "::" in op and records.lookup(op) is None else _record(op)
+    qualname = record.qualname if record is not None else str(op)
+    if record is None and lazy is None:
+        fix = "define the op first (import the module that defines it), or give the provider as a string 'module:function', imported when it is first chosen"
+        raise TypeError(f"opclass.add_provider({op!r}, {name!r}, ...): {op} is no live op, so the function cannot be checked against its signature: {fix}")
+    mark = hook.provider(device, supports=supports, available=available, batch_invariant=batch_invariant, deterministic=deterministic, atol=atol, rtol=rtol, platform=platform, capability=capability)
+    given: Any = fn if lazy is None else lazy.stub
+    marked = mark(given).__func__
     marked.__name__ = marked.__qualname__ = name
-    with records.LOCK:
-        hook.add(record.qualname, name, marked)
-        lifecycle.redefine(record, undo=lambda: hook.take(record.qualname, name))
+    by = sys._getframe(1).f_globals.get("__name__", "?")
+    setattr(marked, MARK, dataclasses.replace(getattr(marked, MARK), lazy=lazy, origin=_plugins.loading() or f"opclass.add_provider from {by}"))
+    if record is None:  # kept by the op's name, for its class statement (which it never fails)
+        if not name.isidentifier():
+            raise ValueError(f"opclass.add_provider({op!r}, {name!r}, ...): {name!r} is no provider name (orders list names between ',' and ';'): name it as a Python identifier")
+        setattr(marked, OPTIONAL, True)
+        hook.add(qualname, name, marked)
+    else:
+        with records.LOCK:
+            hook.add(qualname, name, marked)
+            lifecycle.redefine(record, undo=lambda: hook.take(qualname, name))
+        # A lazy provider never fails a later class statement (as one added before the op).
+        setattr(marked, OPTIONAL, lazy is not None)
     # Whom a later redefinition it no longer fits names (its own mistakes are the caller's, above).
-    setattr(marked, ADDED_BY, sys._getframe(1).f_globals.get("__name__", "?"))
-    order = state.current().orders.get(record.qualname)
+    setattr(marked, ADDED_BY, by)
+    order = state.current().orders.get(qualname)
     if order is not None and name not in order:
-        warnings.warn(f"opclass.add_provider: the order in force for {record.qualname} ({state.source(record.qualname)}: {', '.join(order)}) does not name {name!r}, so it will not run until an order names it", UserWarning, stacklevel=2)
+        warnings.warn(f"opclass.add_provider: the order in force for {qualname} ({state.source(qualname)}: {', '.join(order)}) does not name {name!r}, so it will not run until an order names it", UserWarning, stacklevel=2)
 
 
 def remove_provider(op: Any, name: str) -> None:
     """Remove the provider ``name`` that :func:`add_provider` added to ``op`` (a provider declared in
     the class body goes with the class). Example: in :func:`add_provider`."""
+    if isinstance(op, str) and records.lookup(op) is None and name in hook.added(op):  # added before the op's class
+        hook.take(op, name)
+        return
     record = _record(op)
     if state.source(record.qualname) == "opclass.use_providers" and name in state.current().orders[record.qualname]:
         raise ValueError(f"opclass.remove_provider: a use_providers block open here names {name!r} for {record.qualname}: remove it after the block")
@@ -137,17 +180,20 @@ def _refresh_all() -> None:
                 lifecycle.refresh(record)
                 if table.traced and before != {slot: k.choice and k.choice.tried for slot, k in table.kernels.items()}:
                     warnings.warn(
-                        f"{record.qualname} ({record.cls_name}) is traceable and was traced by torch.compile with the provider chosen then: "
-                        f"graphs compiled before this change keep running it. Call torch.compiler.reset() to compile them again",
+                        f"{record.qualname} ({record.cls_name}) is traceable and was traced by torch.compile through torch.ops.{record.namespace}.{record.name} "
+                        f"(or a torch.export decomposition), with the provider chosen then: graphs compiled from those calls keep running it (no guard can cover "
+                        f"them; class calls, {record.cls_name}(...), are guarded and recompile). Call torch.compiler.reset() to compile them again, or call the class",
                         UserWarning,
                         stacklevel=3,
                     )
 
 
-def set_provider_order(op: Any, names: Sequence[str] | None) -> None:
-    """The order of ``op``'s providers, process-wide (``None``: the declaration's): only those
-    named are tried, in this order. The environment's order (``OPCLASS_PROVIDERS``) and a block's
-    (:func:`use_providers`) come before it.
+def set_provider_order(op: Any, names: Sequence[str | EllipsisType] | None) -> None:
+    """The order of ``op``'s providers, process-wide (``None``: the default order): only those
+    named are tried, in this order; ``...`` in it stands for the rest of the default order (the
+    op's ``provider_orders`` for the call's platform, else its declaration's), which it then
+    extends rather than restates: ``["mine", ...]``. The environment's order
+    (``OPCLASS_PROVIDERS``) and a block's (:func:`use_providers`) come before it.
 
     Example:
         >>> import torch, opclass
@@ -192,7 +238,7 @@ def _mode(*on: bool) -> frozenset[str]:
 
 
 @contextlib.contextmanager
-def use_providers(orders: Mapping[Any, Sequence[str]] | None = None, *, batch_invariant: bool = False, deterministic: bool = False, reference: bool = False) -> Iterator[None]:
+def use_providers(orders: Mapping[Any, Sequence[str | EllipsisType]] | None = None, *, batch_invariant: bool = False, deterministic: bool = False, reference: bool = False) -> Iterator[None]:
     """For the calls made inside the block in its context (its thread, or its asyncio task: a
     ``contextvars`` context): these orders (op class or ``"ns::op"`` -> provider names), and the
     mode (these flags; ``reference``: the ops' own kernels only, see :func:`set_provider_mode`).
@@ -212,14 +258,20 @@ def use_providers(orders: Mapping[Any, Sequence[str]] | None = None, *, batch_in
 
 def explain_providers(op: Any, *args: Any, **kwargs: Any) -> str:
     """Which provider runs ``op(*args, **kwargs)`` in this thread, and why each other one does
-    not; with no arguments, the providers and their order. Example: in the :mod:`opclass.providers`
-    docstring."""
+    not (a provider given as ``"module:function"`` is imported when the choice reaches it, as the
+    call would); with no arguments, the providers and their order, with where those added from
+    outside came from (importing nothing). Example: in the :mod:`opclass.providers` docstring."""
     record = _record(op)
     table = record.table
     if not table.has_providers:
         return f"{record.qualname} has no providers: its own kernels run ({', '.join(f'{e.name} ({e.runs_where})' for e in table.entries)})"
     if not args and not kwargs:
-        return "\n".join([f"{record.qualname}: providers in order", *(f"  {e.name} ({e.runs_where})" for e in table.ranked(state.current()))])
+        lines = [f"{record.qualname}: providers in order", *(f"  {e.name} ({e.runs_where})" + (": " + "; ".join(e.came_from) if e.came_from else "") for e in table.ranked(state.current()))]
+        tuned = state.current().tuned.get(record.qualname)
+        if tuned is not None:  # the table's choices go first, per bucket
+            why = refusal(tuned, {e.name: e.raw for e in table.entries})
+            lines.append(f"tuning table, not used: {why}" if why else "tuning table: " + ", ".join(f"{bucket_text(b)} → {name}" for b, name in tuned.choices.items()))
+        return "\n".join(lines)
     try:  # explained only as the op would take it
         record.signature.bind(*args, **kwargs)
     except TypeError as e:
@@ -259,12 +311,22 @@ def which_provider(op: Any, *args: Any, **kwargs: Any) -> str | None:
     return None if chosen is None else chosen.name
 
 
-def tune_providers(op: Any, samples: Iterable[Any] | None = None, *, min_run_time: float = 0.2, show: bool = True) -> list[str]:
+def tune_providers(
+    op: Any, samples: Iterable[Any] | None = None, *, sizes: Sequence[int] | None = None, min_run_time: float = 0.2, show: bool = True
+) -> Tuning:
     """Time every available provider of ``op`` on the samples it accepts (``opclass.testing.Sample``
-    or tuples of arguments; default: the op's ``samples()``), print a table (µs per call on each
-    sample, speed-up over the op's ``default``), and return the provider names fastest first (by
-    their mean speed-up over ``default`` on the samples each accepts: a provider's predicate
-    still sends the others on): an order for :func:`set_provider_order` or ``OPCLASS_PROVIDERS``.
+    or tuples of arguments; default: the op's ``samples()``), print a table per bucket (µs per call
+    on each sample), and return the :class:`~opclass.Tuning`: per bucket of the samples (the dtype
+    of a call's first floating Tensor, the size class of its largest Tensor among the boundaries
+    ``sizes``, by default the geometric midpoints between the samples' sizes), the provider that
+    runs its samples fastest (of those that run every one of them, alone in the order). Rounds of
+    measurement repeat until two in a row agree on every bucket's winner (5 at most); ``spread``
+    says how much a provider's medians differed across them. ``.save(path)`` keeps it for
+    :func:`load_tuning` or ``OPCLASS_TUNING``. ``.order``: the providers fastest first (by their
+    mean speed-up over ``default`` on the samples each accepts), an order for
+    :func:`set_provider_order` or ``OPCLASS_PROVIDERS``. The table is for the samples' device type
+    (with samples on an accelerator and on the CPU, the accelerator's: the others count for
+    ``.order`` only).
 
     Example:
         >>> import torch, opclass
@@ -273,8 +335,9 @@ def tune_providers(op: Any, samples: Iterable[Any] | None = None, *, min_run_tim
         ...     def default(x: torch.Tensor) -> torch.Tensor:
         ...         return x * 2
         ...     add = opclass.provider("cpu")(staticmethod(lambda x: x + x))
-        >>> sorted(opclass.tune_providers(DocsTune, [(torch.ones(8),)], min_run_time=0.01, show=False))
-        ['add', 'default']
+        >>> tuned = opclass.tune_providers(DocsTune, [(torch.ones(8),), (torch.ones(4096),)], min_run_time=0.01, show=False)
+        >>> sorted(tuned.order), tuned.sizes, sorted(tuned.choices)
+        (['add', 'default'], (182,), [(torch.float32, 0), (torch.float32, 1)])
         >>> opclass.remove(DocsTune)
     """
     import torch.utils.benchmark as bench
@@ -284,32 +347,113 @@ def tune_providers(op: Any, samples: Iterable[Any] | None = None, *, min_run_tim
     if not table.has_providers:
         if show:
             print(explain_providers(op))
-        return []
+        return Tuning(record.qualname, device_name("cpu"), "cpu", torch.__version__, {}, (), {}, {}, ())
     found = samples_of(record.owner(), None if samples is None else list(samples))
-    times: dict[str, dict[int, float]] = {e.name: {} for e in table.entries}
+    full = [record.arguments.complete(s.args, s.kwargs) for s in found]
+    devices = [record.arguments.device_of(s.args, s.kwargs) for s in found]
+    kind = next((d for d in devices if d not in (None, "cpu")), "cpu")
+    numels = {i: max((t.numel() for t in record.arguments.tensors(*full[i])), default=None) for i in range(len(found)) if devices[i] == kind}
+    bounds = tuple(sorted(sizes)) if sizes is not None else midpoints(n for n in numels.values() if n is not None)
+    bucket_of = bucket_function(bounds, record.arguments)
+    buckets = {i: b for i in numels if (b := bucket_of(*full[i][0], **full[i][1])) is not None}
+    runs = {}  # sample -> the entries that run it alone in the order
     for i, sample in enumerate(found):
-        args, kwargs = sample.args, sample.kwargs
-        device = record.arguments.device_of(args, kwargs)
-        slot = device if device in table.kernels else None
-        for e in table.entries:
-            # Does e run this sample when it is the only provider in the order?
-            if table.choice(slot, state.State({table.qualname: (e.name,)})).pick(args, kwargs) is e:
-                timer = bench.Timer("fn(*args, **kwargs)", globals={"fn": e.checked, "args": args, "kwargs": kwargs})
-                times[e.name][i] = timer.blocked_autorange(min_run_time=min_run_time).median * 1e6
-    base = times.get("default", {})
-    speedup = {name: statistics.geometric_mean([base[i] / us for i, us in ts.items() if i in base] or [1.0]) for name, ts in times.items() if ts}
+        slot = devices[i] if devices[i] in table.kernels else None
+        runs[i] = [e for e in table.entries if table.choice(slot, state.State({table.qualname: (e.name,)})).pick(sample.args, sample.kwargs) is e]
+
+    def winners(times: Mapping[tuple[str, int], float]) -> dict[Bucket, str]:
+        won = {}
+        for b in sorted(set(buckets.values()), key=lambda b: (str(b[0]), b[1])):
+            mine = [i for i, of in buckets.items() if of == b]
+            totals = {e.name: sum(times[e.name, i] for i in mine) for e in table.entries if all((e.name, i) in times for i in mine)}
+            if totals:
+                won[b] = min(totals, key=totals.__getitem__)
+        return won
+
+    rounds: list[dict[tuple[str, int], float]] = []
+    won: list[dict[Bucket, str]] = []
+    while len(rounds) < (5 if buckets else 1) and (len(won) < 2 or won[-1] != won[-2]):
+        timed = {}
+        for i, sample in enumerate(found):
+            for e in runs[i]:
+                timer = bench.Timer("fn(*args, **kwargs)", globals={"fn": e.checked, "args": sample.args, "kwargs": sample.kwargs})
+                timed[e.name, i] = timer.blocked_autorange(min_run_time=min_run_time).median * 1e6
+        rounds.append(timed)
+        won.append(winners(timed))
+    times = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+    spreads = {key: (max(r[key] for r in rounds) / min(r[key] for r in rounds) - 1) * 100 for key in times}
+    per = {e.name: {i: us for (name, i), us in times.items() if name == e.name} for e in table.entries}
+    base = per.get("default", {})
+    speedup = {name: statistics.geometric_mean([base[i] / us for i, us in ts.items() if i in base] or [1.0]) for name, ts in per.items() if ts}
     # One that declined every sample still serves the arguments it takes: ahead of the first that
     # takes every call (no sample's choice moves), not left out.
     ranked = sorted(speedup, key=lambda name: -speedup[name])
     cut = next((i for i, name in enumerate(ranked) if table.entry(name).options.supports is None), len(ranked))
-    order = ranked[:cut] + [name for name, ts in times.items() if not ts and table.entry(name).available()[0]] + ranked[cut:]
+    order = ranked[:cut] + [name for name, ts in per.items() if not ts and table.entry(name).available()[0]] + ranked[cut:]
+    tuned = Tuning(
+        record.qualname, device_name(kind), kind, torch.__version__, {e.name: source_hash(e.raw) for e in table.entries}, bounds,
+        won[-1], {name: round(max((spreads[name, i] for i in ts), default=0.0), 1) for name, ts in per.items() if ts}, tuple(order),
+    )
     if show:
-        print(f"{record.qualname}: us per call (speed-up over default on the samples each takes)")
-        print(f"  {'provider':<16}" + "".join(f"{s.name or str(i):>14}" for i, s in enumerate(found)) + f"{'speed-up':>10}")
-        for name in order:
-            cells = "".join(f"{times[name][i]:>14.2f}" if i in times[name] else f"{'declines':>14}" for i in range(len(found)))
-            print(f"  {name:<16}{cells}" + (f"{speedup[name]:>9.2f}x" if name in speedup else "  declines every sample"))
-    return order
+        _show_tuning(record, tuned, found, buckets, per, spreads, speedup, len(rounds))
+    return tuned
+
+
+def _show_tuning(record: records.OpRecord, tuned: Tuning, found: Sequence[Any], buckets: Mapping[int, Bucket], per: Mapping[str, Mapping[int, float]], spreads: Mapping[tuple[str, int], float], speedup: Mapping[str, float], n_rounds: int) -> None:
+    print(f"{record.qualname} on {tuned.device} ({tuned.device_type}), torch {tuned.torch}: us per call, medians of {n_rounds} rounds; size boundaries {list(tuned.sizes)}")
+    groups: dict[Bucket | None, list[int]] = {}
+    for i in range(len(found)):
+        groups.setdefault(buckets.get(i), []).append(i)
+    for b, mine in groups.items():
+        print(f"  bucket {bucket_text(b)}:" if b is not None else f"  samples in no bucket (not on {tuned.device_type}, or no Tensor): they count for the order only")
+        print(f"    {'provider':<16}" + "".join(f"{found[i].name or str(i):>14}" for i in mine) + f"{'spread':>9}")
+        for name, ts in per.items():
+            if any(i in ts for i in mine):
+                cells = "".join(f"{ts[i]:>14.2f}" if i in ts else f"{'declines':>14}" for i in mine)
+                spread = max(spreads[name, i] for i in mine if i in ts)
+                print(f"    {name:<16}{cells}{spread:>8.1f}%" + ("  <- the table's choice" if b is not None and tuned.choices.get(b) == name else ""))
+    print("  order, fastest first (mean speed-up over default): " + ", ".join(f"{n} {speedup[n]:.2f}x" if n in speedup else f"{n} (declines every sample)" for n in tuned.order))
+
+
+def load_tuning(path: str | os.PathLike[str]) -> list[Tuning]:
+    """Use the tuning tables of the file ``path`` (:meth:`Tuning.save` wrote it) process-wide, and
+    return them: where an op has one, a call of it runs the provider its table chose for the
+    call's bucket, where that one accepts the call and the order in force allows it (else the
+    order's choice, as without a table); the reference mode ignores tables. A table measured on
+    another device or torch, or on a kernel whose source changed since, is refused with the
+    reason: a ``ValueError`` here where the op is defined (nothing is loaded), else a warning when
+    it is (and the table is not used). ``OPCLASS_TUNING=path`` loads a file at import, for a
+    deployment; its tables come before those loaded here.
+
+    Example:
+        >>> import os, tempfile, torch, opclass
+        >>> class DocsTuned(opclass.CustomOp, name="docs_tuned::twice"):
+        ...     @staticmethod
+        ...     def default(x: torch.Tensor) -> torch.Tensor:
+        ...         return x * 2
+        ...     add = opclass.provider("cpu")(staticmethod(lambda x: x + x))
+        >>> path = os.path.join(tempfile.mkdtemp(), "tuning.json")
+        >>> opclass.tune_providers(DocsTuned, [(torch.ones(8),)], min_run_time=0.01, show=False).save(path)
+        >>> [t.op for t in opclass.load_tuning(path)]
+        ['docs_tuned::twice']
+        >>> "tuning table: bucket (float32, 0)" in opclass.explain_providers(DocsTuned, torch.ones(8))
+        True
+        >>> opclass.remove(DocsTuned)
+    """
+    state.check_env()
+    found = read(path)
+    with records.LOCK:
+        for t in found:
+            record = records.lookup(t.op)
+            if (why := refusal(t, None if record is None else {e.name: e.raw for e in record.table.entries})) is not None:
+                fix = f"opclass.tune_providers({record.cls_name if record else t.op!r}, samples).save(path)"
+                raise ValueError(f"opclass.load_tuning: the tuning table of {t.op} in {path} does not fit {'the op defined here' if record else 'this process'}: {why}. Tune it again here: {fix}")
+        for t in found:
+            state.set_tuned(t.op, t)
+            if t.op in state.ENV_STATE.tuned:
+                warnings.warn(f"opclass.load_tuning: {state.TUNING_ENV} gives the tuning table of {t.op}, which comes first: this one applies only once that is unset (in a new process)", UserWarning, stacklevel=2)
+        _refresh_all()
+    return found
 
 
 class ProviderInfo(NamedTuple):
@@ -329,7 +473,8 @@ class ProviderInfo(NamedTuple):
     available: bool
     #: Why it is not available here (``""`` where it is).
     why_not: str
-    #: ``"class body"``, ``"opclass.add_provider from <module>"``, or ``"own kernel"`` (``default``, ``cpu``...).
+    #: ``"class body"``, ``"opclass.add_provider from <module>"``, ``"plugin <name> (<distribution> <version>)"``
+    #: (added while that plugin loaded), or ``"own kernel"`` (``default``, ``cpu``...).
     origin: str
     #: Whether the order in force in this context names it (a mode may still exclude it).
     in_order: bool
@@ -338,7 +483,9 @@ class ProviderInfo(NamedTuple):
 def providers_of(op: Any) -> list[ProviderInfo]:
     """The kernels of ``op`` that calls choose among (providers, then its own), in the order in
     force in this context first: values for logs, metrics and checks (:func:`explain_providers`
-    says the same as text). An op without providers lists its own kernels.
+    says the same as text). An op without providers lists its own kernels. It asks each one
+    whether it is available: a provider given as ``"module:function"`` is imported then, as its
+    first call would (:func:`explain_providers` and ``repr(Op.record)`` import nothing).
 
     Example:
         >>> import torch, opclass
@@ -354,18 +501,20 @@ def providers_of(op: Any) -> list[ProviderInfo]:
         >>> opclass.remove(DocsListed)
     """
     record = _record(op)
-    table, added = record.table, hook.added(record.qualname)
+    table = record.table
     ranked = table.ranked(state.current()) if table.has_providers else table.entries
     listed = []
     for e in [*ranked, *(e for e in table.entries if e not in ranked)]:
-        origin = "own kernel" if e.own else f"opclass.add_provider from {getattr(added[e.name], ADDED_BY, '?')}" if e.name in added else "class body"
+        origin = "own kernel" if e.own else e.options.origin or "class body"
         listed.append(ProviderInfo(e.name, e.options.devices, e.options.flags(), *e.available(), origin, e in ranked))
     return listed
 
 
-def provider_order(op: Any) -> tuple[str, ...]:
-    """The order of ``op``'s providers in force in this context: a ``use_providers`` block's, else
-    ``OPCLASS_PROVIDERS``', else :func:`set_provider_order`'s, else the declaration's (providers,
-    then the op's own kernels). Example: in :func:`providers_of`."""
+def provider_order(op: Any, device: str | None = None) -> tuple[str, ...]:
+    """The order of ``op``'s providers in force in this context for calls on ``device`` (a device
+    type; ``None``: the order that names no platform): a ``use_providers`` block's, else
+    ``OPCLASS_PROVIDERS``', else :func:`set_provider_order`'s, else the op's ``provider_orders``
+    for the device's platform, else the declaration's (providers, then the op's own kernels),
+    ``...`` resolved. Example: in :func:`providers_of`."""
     record = _record(op)
-    return state.current().orders.get(record.qualname) or tuple(e.name for e in record.table.entries)
+    return tuple(e.name for e in record.table.ranked(state.current(), device))

@@ -8,8 +8,9 @@ pytest case per sample. Import it as ``import opclass.testing`` (``import opclas
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -23,11 +24,12 @@ from opclass.install import orders
 from opclass.install.fake import has_fake_kernel
 from opclass.install.record import OpRecord
 from opclass.install.table import Entry
+from opclass.providers import _refresh_all as refresh_all
 
 if TYPE_CHECKING:
     import pytest
 
-__all__ = ["Sample", "check_op", "check_sample", "parametrize_samples"]
+__all__ = ["Sample", "check_op", "check_sample", "parametrize_samples", "platform"]
 
 # torch.library.opcheck's default test utils, in its order.
 _OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
@@ -71,7 +73,7 @@ def _run_mutation_check(op_cls: Any, record: OpRecord, sample: Sample, where: st
         raise _CheckFailed("mutation check", problem)
 
 
-def _run_gradcheck(op_cls: Any, record: OpRecord, sample: Sample) -> None:
+def _run_gradcheck(op_cls: Any, record: OpRecord, sample: Sample, options: Mapping[str, Any]) -> None:
     if not record.differentiable:
         return
     args, kwargs = copy_inputs(sample)
@@ -98,7 +100,7 @@ def _run_gradcheck(op_cls: Any, record: OpRecord, sample: Sample) -> None:
         return tuple(t for t in tree_leaves(op_cls.op(*call_args, **call_kwargs, **call_keyword_only)) if isinstance(t, Tensor))
 
     try:
-        torch.autograd.gradcheck(call, inputs)
+        torch.autograd.gradcheck(call, inputs, **options)
     except Exception as e:
         raise _CheckFailed("gradcheck", f"{type(e).__name__}: {e}") from e
 
@@ -117,10 +119,13 @@ def _run_reference_check(op_cls: Any, record: OpRecord, sample: Sample) -> None:
     device = record.arguments.device_of(args, kwargs)
     kernel = record.kernel_for(device) if device is not None else None
     against = kernel.where if kernel is not None else record.qualname
+    # The op's own kernel states its tolerances (@opclass.provider(atol=...) on default, cpu...).
+    own = next((e for e in record.table.entries if e.own and e.runs_on(device)), None)
+    atol, rtol = own.options.tolerances(expected) if own is not None else (None, None)
     try:
         with torch.no_grad():
             got = record.hooks["reference"](*args, **kwargs)
-        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(got, expected, atol=atol, rtol=rtol)
     except Exception as e:
         raise _CheckFailed("reference check", f"{record.where('reference')} disagrees with {against}: {type(e).__name__}: {e}") from e
 
@@ -236,7 +241,7 @@ def _chosen(record: OpRecord, sample: Sample) -> Entry | None:
         return None
 
 
-def _check(op_cls: Any, record: OpRecord, sample: Sample, index: int | None, *, opcheck: bool, gradcheck: bool, reference: bool, fast_path: bool, test_utils: Sequence[str] | None, reached: dict[str, str | None]) -> None:
+def _check(op_cls: Any, record: OpRecord, sample: Sample, index: int | None, *, opcheck: bool, gradcheck: bool | Mapping[str, Any], reference: bool, fast_path: bool, test_utils: Sequence[str] | None, reached: dict[str, str | None]) -> None:
     direct = as_dispatched(record, sample, index)
     chosen = _chosen(record, direct)
     try:
@@ -244,7 +249,7 @@ def _check(op_cls: Any, record: OpRecord, sample: Sample, index: int | None, *, 
         if opcheck:
             _run_opcheck(op_cls, record, sample, test_utils)
         if gradcheck:
-            _run_gradcheck(op_cls, record, sample)
+            _run_gradcheck(op_cls, record, sample, {} if gradcheck is True else gradcheck)
         if reference:
             _run_reference_check(op_cls, record, direct)
             _run_providers(op_cls, record, direct, opcheck, test_utils, reached)
@@ -264,7 +269,7 @@ def _check(op_cls: Any, record: OpRecord, sample: Sample, index: int | None, *, 
 # --------------------------------------------------------------------------- public API
 
 
-def check_sample(op_cls: Any, sample: Sample | tuple[Any, ...], *, opcheck: bool = True, gradcheck: bool = True, reference: bool = True, fast_path: bool = True, test_utils: Sequence[str] | None = None) -> None:
+def check_sample(op_cls: Any, sample: Sample | tuple[Any, ...], *, opcheck: bool = True, gradcheck: bool | Mapping[str, Any] = True, reference: bool = True, fast_path: bool = True, test_utils: Sequence[str] | None = None) -> None:
     """Run the checks of :func:`check_op` on one sample (the body of a parametrized test).
 
     Args:
@@ -290,7 +295,7 @@ def check_sample(op_cls: Any, sample: Sample | tuple[Any, ...], *, opcheck: bool
 
 
 def check_op(
-    op_cls: Any, samples: Iterable[Sample | tuple[Any, ...]] | None = None, *, opcheck: bool = True, gradcheck: bool = True, reference: bool = True,
+    op_cls: Any, samples: Iterable[Sample | tuple[Any, ...]] | None = None, *, opcheck: bool = True, gradcheck: bool | Mapping[str, Any] = True, reference: bool = True,
     fast_path: bool = True, test_utils: Sequence[str] | None = None, strict: bool = False,
 ) -> dict[str, str]:
     """Check an op on each of its samples, each check on its own copies of the sample's Tensors:
@@ -307,10 +312,13 @@ def check_op(
         gradcheck: when the op has a ``backward``, run ``torch.autograd.gradcheck`` on
             double-precision copies of the sample's floating-point Tensors, differentiating
             those with ``requires_grad=True`` (if none has it: every positional one); samples
-            without floating-point Tensors are skipped.
+            without floating-point Tensors are skipped. A dict instead of ``True``: gradcheck's
+            options (``{"atol": 1e-3, "rtol": 1e-3}`` for an op that computes in float32 by
+            spec, whatever its inputs' dtype).
         reference: when the op has a ``reference`` (what ``opclass.decompositions`` decomposes
-            it into), compare its result with the op's (``torch.testing.assert_close``, default
-            tolerances), both under ``no_grad``; not for ops that mutate their arguments. For an
+            it into), compare its result with the op's (``torch.testing.assert_close``, with the
+            ``atol``/``rtol`` of the op's own kernel, ``@opclass.provider(atol=...)`` on
+            ``default``, else the defaults), both under ``no_grad``; not for ops that mutate their arguments. For an
             op with providers, instead, each kernel available on the sample's device, as if
             chosen: one that accepts the sample passes the write check, opcheck and the fake
             kernel's outputs (dtype, shape, strides), and agrees (writes included; the provider's
@@ -393,3 +401,39 @@ def parametrize_samples(*op_classes: Any) -> pytest.MarkDecorator:
             sample = sample if sample.name else Sample(sample.args, sample.kwargs, name=str(index))
             params.append(pytest.param(op_cls, sample, id=f"{record.qualname}[{sample.name}]"))
     return pytest.mark.parametrize(("op", "sample"), params)
+
+
+@contextlib.contextmanager
+def platform(cuda: str = "cuda", capability: tuple[int, int] | None = None) -> Iterator[None]:
+    """Choose providers, inside the block, as on another platform: ``cuda="rocm"`` (a HIP build)
+    and the compute ``capability`` of the current CUDA device (``None``: none). Every op's choice
+    is compiled again on entry and on exit; process-wide (not for one thread).
+
+    Example:
+        >>> import torch, opclass
+        >>> from opclass.testing import platform
+        >>> class DocsHopper(opclass.CustomOp, name="docs_platform::neg"):
+        ...     @staticmethod
+        ...     def default(x: torch.Tensor) -> torch.Tensor:
+        ...         return -x
+        ...     hopper = opclass.provider(capability=(9, 0))(staticmethod(lambda x: 0 - x))
+        >>> from torch._subclasses.fake_tensor import FakeTensorMode
+        >>> with FakeTensorMode():
+        ...     x = torch.empty(4, device="cuda")  # no GPU needed
+        >>> with platform(capability=(9, 0)):
+        ...     opclass.which_provider(DocsHopper, x)
+        'hopper'
+        >>> with platform(capability=(8, 0)):
+        ...     opclass.which_provider(DocsHopper, x)
+        'default'
+        >>> opclass.remove(DocsHopper)
+    """
+    if cuda not in ("cuda", "rocm"):
+        raise ValueError(f"opclass.testing.platform: cuda={cuda!r} is no platform of the cuda device type: write 'cuda' or 'rocm'")
+    before = orders.set_facts(orders.Facts(cuda, capability))
+    refresh_all()
+    try:
+        yield
+    finally:
+        orders.set_facts(before)
+        refresh_all()

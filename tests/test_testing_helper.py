@@ -128,7 +128,7 @@ def test_pytest_is_imported_lazily() -> None:
 def test_samples_hook_is_registered_metadata(ns: str) -> None:
     hook = opclass.hooks()["samples"]
     assert not hook.kernel and not hook.backend and hook.staticmethod and hook.requires == ()
-    assert list(opclass.hooks())[-3:] == ["samples", "traceable", "providers"]  # the kernel hooks' followers come last
+    assert list(opclass.hooks())[-4:] == ["samples", "traceable", "providers", "provider_orders"]  # the kernel hooks' followers come last
 
     def make() -> Iterator[Sample]:
         yield Sample((torch.ones(2),))
@@ -743,3 +743,44 @@ def test_copies_of_a_sample_keep_its_strides(ns: str) -> None:
         assert copy.stride() == x.stride() and torch.equal(copy, x) and copy.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
         check_op(Op, [(x,)], opcheck=False)
         assert set(seen) == {x.stride()}, (x.stride(), seen)
+
+
+def test_gradcheck_takes_tolerances_for_an_op_that_computes_in_float32(ns: str) -> None:
+    class F32Square(CustomOp, name=f"{ns}::f32_square"):
+        @staticmethod
+        def default(x: Tensor) -> Tensor:
+            return (x.float() ** 2).to(x.dtype)  # float32 by spec, whatever the input's dtype
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return grad * 2 * x
+
+    sample = [(torch.rand(8) + 0.5,)]
+    with pytest.raises(AssertionError, match="gradcheck failed: GradcheckError: Jacobian mismatch"):
+        check_op(F32Square, sample, opcheck=False)  # float64 defaults: a step of 1e-6 in float32
+    check_op(F32Square, sample, opcheck=False, gradcheck={"eps": 1e-3, "atol": 1e-2, "rtol": 1e-2})
+
+
+def test_the_reference_check_reads_the_tolerances_of_the_op_own_kernel(ns: str) -> None:
+    def make(**tolerances: Any) -> Any:
+        class Rounded(CustomOp, name=f"{ns}::rounded"):
+            @opclass.provider(**tolerances)
+            @staticmethod
+            def default(x: Tensor) -> Tensor:
+                return (x * 1024).round() / 1024  # a kernel that keeps 10 bits
+
+            @staticmethod
+            def reference(x: Tensor) -> Tensor:
+                return x.clone()
+
+        return Rounded
+
+    sample = [(torch.rand(16),)]
+    with pytest.raises(AssertionError, match="reference check failed"):
+        check_op(make(), sample, opcheck=False)
+    check_op(make(atol={torch.float32: 1e-3}, rtol={torch.float32: 0.0}), sample, opcheck=False)

@@ -289,8 +289,8 @@ def _define(ns: str, value: Any, *, kernels: tuple[str, ...] = ("default",), **e
 @pytest.mark.parametrize(
     ("value", "kernels", "extra", "message"),
     [
-        ("yes", ("default",), {}, "Bad.traceable: must be True, False or device types like ('cuda',), got 'yes'; write traceable = True"),
-        ((), ("default",), {}, "Bad.traceable: must be True, False or device types like ('cuda',), got (); write traceable = True"),
+        ("yes", ("default",), {}, "Bad.traceable: must be True, False, 'reference' or device types like ('cuda',), got 'yes'; write traceable = True"),
+        ((), ("default",), {}, "Bad.traceable: must be True, False, 'reference' or device types like ('cuda',), got (); write traceable = True"),
         (("gpu",), ("default",), {}, "Bad.traceable: 'gpu' is not a torch device type; use e.g. 'cuda' or 'cpu'"),
         (("cuda",), ("cpu",), {}, "Bad.traceable: traces the cuda kernel, but the class has none; define Bad.cuda or Bad.default, or drop 'cuda'"),
         (True, ("default",), {"eager_autograd": True}, "Bad.traceable: torch.compile would trace into the kernel, and eager_autograd keeps it one opaque op there; keep either traceable or eager_autograd = True"),

@@ -94,6 +94,7 @@ def main(argv: list[str]) -> int:
 
     x, w = torch.ones(3), torch.ones(3, requires_grad=True)
     opclass.CustomOp  # noqa: B018 - the package's import is not part of any walk
+    opclass.load_plugins()  # nor is the plugins' loading, once per process, before the first definition
     walks = {"class creation": walk(define)}
     op = made["op"]
     walks["first call"] = walk(lambda: op(x))

@@ -238,3 +238,4 @@ def register_builtin_hooks() -> None:
     register_hook(Hook("samples", _metadata, check=_check_samples, doc="representative inputs for opclass.testing: () -> Sample or args tuples"))
     register_hook(traceable.traceable_hook())  # after the kernel hooks: it replaces their kernels
     register_hook(providers.providers_hook())  # after traceable: the op's own kernels are candidates as traced
+    register_hook(providers.provider_orders_hook())

@@ -46,7 +46,7 @@ from opclass.install import orders
 from opclass.install.record import OpRecord
 from opclass.install.table import MARK, Options, options_of, slot_key
 
-__all__ = ["HOOK", "provider", "providers_hook", "options_of", "add", "take", "added", "check_predicates"]
+__all__ = ["HOOK", "provider", "providers_hook", "provider_orders_hook", "options_of", "add", "take", "added", "check_predicates"]
 
 HOOK = "providers"
 F = TypeVar("F")
@@ -61,6 +61,8 @@ def provider(
     deterministic: bool = False,
     atol: float | Mapping[torch.dtype, float] | None = None,
     rtol: float | Mapping[torch.dtype, float] | None = None,
+    platform: str | None = None,
+    capability: tuple[int, int] | tuple[tuple[int, int] | None, tuple[int, int] | None] | None = None,
 ) -> Callable[[F], F]:
     """Declare a static method of an op class a provider of the op (its name: the method's).
 
@@ -79,6 +81,11 @@ def provider(
         atol, rtol: tolerances against the reference in ``opclass.testing.check_op`` and debug mode:
             one value, or one per dtype of the outputs (``{torch.float16: 1e-2, torch.float32: 1e-5}``;
             a dtype left out gets ``torch.testing.assert_close``'s defaults).
+        platform: the platform it needs within its device type: ``"rocm"`` (a HIP build's
+            ``cuda``) or ``"cuda"`` (NVIDIA's); given alone, the device type is ``cuda``.
+        capability: the CUDA compute capabilities it runs on: ``(8, 0)`` (that or higher), or a
+            window ``((8, 0), (9, 0))``, both ends included (``None`` for an open end); the
+            device type is ``cuda``.
 
     On the op's own kernel hooks (``default``, ``cpu``...) it declares that kernel's flags,
     tolerances, ``supports`` and ``available`` (not its device: the hook's). Example: in the
@@ -88,7 +95,11 @@ def provider(
         raise TypeError("opclass.provider takes options: write @opclass.provider() (with parentheses) above @staticmethod")
     # Checked with the class, which errors can then name; a torch.device stands for its type.
     devices = None if device is None else tuple(getattr(d, "type", d) for d in ((device,) if isinstance(device, (str, torch.device)) else device))
-    options = Options(devices, supports, available, bool(batch_invariant), bool(deterministic), atol, rtol)
+    if devices is None and (platform in ("cuda", "rocm") or capability is not None):
+        devices = ("cuda",)
+    if capability is not None and len(capability) == 2 and all(isinstance(c, int) for c in capability):
+        capability = (capability, None)  # type: ignore[assignment]  # (8, 0): that or higher
+    options = Options(devices, supports, available, bool(batch_invariant), bool(deterministic), atol, rtol, platform, capability)  # type: ignore[arg-type]
 
     def mark(fn: F) -> F:
         inner = fn.__func__ if isinstance(fn, staticmethod) else fn
@@ -164,10 +175,23 @@ def _check(members: Mapping[str, Any], ctx: HookContext) -> None:
                 ctx.fail(f"provider {name!r}: {d!r} is not a device type a kernel runs on (those are {', '.join(DEVICE_TYPES)})", f"did you mean {guess!r}?" if guess else "write e.g. 'cpu' or 'cuda'")
         if options.devices and not any(a.holds_tensor for a in ctx.arguments) and not any(a.is_device for a in ctx.arguments):
             ctx.fail(f"provider {name!r} runs on {', '.join(options.devices)}, but an op with no Tensor inputs cannot pick a device", "add a device: torch.device parameter, or declare it for every device")
+        if (problem := _platform_problem(options)) is not None:
+            ctx.fail(f"provider {name!r}: {problem[0]}", problem[1])
         if (problem := check_predicates(options, ctx.arguments)) is not None:
             ctx.fail(f"provider {name!r}: {problem[0]}", problem[1])
     if "composite" in ctx.defined or "autograd" in ctx.defined:
         ctx.fail("an op whose body is a composite or autograd kernel has no device kernel to choose", "drop the providers, or write the body as default")
+
+
+def _platform_problem(options: Options) -> tuple[str, str] | None:
+    platform, capability, devices = options.platform, options.capability, options.devices or ()
+    if platform is not None and (platform not in orders.PLATFORMS or platform != "rocm" and devices != (platform,) or platform == "rocm" and devices != ("cuda",)):
+        where = f"platform={platform!r} with device {', '.join(devices) or 'any'}"
+        return f"{where} names no platform it runs on (the platforms: {', '.join(orders.PLATFORMS)}; rocm and cuda are those of the cuda device type)", "write @opclass.provider('cuda', platform='rocm'), or platform='cuda' for NVIDIA's only"
+    versions = [c for c in capability or () if c is not None]
+    if capability is not None and (len(capability) != 2 or not versions or not all(isinstance(c, tuple) and len(c) == 2 and all(type(n) is int for n in c) for c in versions) or devices != ("cuda",)):
+        return f"capability={capability!r} is no window of CUDA compute capabilities on the cuda device type", "write capability=(8, 0) (that or higher) or capability=((8, 0), (9, 0)) (both included), with device 'cuda'"
+    return None
 
 
 def check_predicates(options: Options, arguments: Arguments) -> tuple[str, str] | None:
@@ -230,4 +254,42 @@ def providers_hook() -> Hook:
     return Hook(
         HOOK, _install, check=_check, kernel=True, backend=True, members=True, extra=added, occupies=_occupies,
         doc="other kernels of the op, chosen per call by device, availability, arguments and order (@opclass.provider)",
+    )
+
+
+def _check_orders(value: Any, ctx: HookContext) -> None:
+    fix = "write provider_orders = {'cuda': ('triton', 'default'), 'rocm': ('aiter', 'default')}: a platform to provider names"
+    if not isinstance(value, Mapping) or not value:
+        ctx.fail(f"must be a dict of platform -> provider names, got {value!r}", fix)
+    known = [*ctx.defined.get(HOOK, {}), *(h for h in ctx.defined if ctx.hooks[h].backend and h != HOOK)]
+    for platform, names in value.items():
+        if platform not in orders.PLATFORMS:
+            guess = did_you_mean(str(platform), orders.PLATFORMS)
+            ctx.fail(f"{platform!r} is no platform (those are {', '.join(orders.PLATFORMS)})", f"did you mean {guess!r}?" if guess else fix)
+        if isinstance(names, str) or not isinstance(names, Sequence) or not names:
+            ctx.fail(f"the order for {platform} must be a list of provider names, got {names!r}", fix)
+        for name in names:
+            if name not in known and name is not ... and name != orders.REST:
+                guess = did_you_mean(str(name), known)
+                ctx.fail(f"the order for {platform} names {name!r}, which is no provider of the op (it has {', '.join(known)})", f"did you mean {guess!r}?" if guess else "name its providers and own kernels")
+        if (twice := orders.repeated(tuple(names))) is not None:
+            ctx.fail(f"the order for {platform} names {twice!r} twice", "name each provider once")
+
+
+def _install_orders(record: OpRecord, value: Mapping[str, Sequence[Any]]) -> None:
+    record.table.platform_orders = {platform: tuple(orders.REST if n is ... else n for n in names) for platform, names in value.items()}
+
+
+def provider_orders_hook() -> Hook:
+    """The ``provider_orders`` hook: the op's default order of providers per platform (``cpu``,
+    ``cuda``, ``rocm``...), where no order is set; an order given with ``...`` extends it.
+
+    Example:
+        >>> import opclass
+        >>> opclass.hooks()["provider_orders"].staticmethod
+        False
+    """
+    return Hook(
+        "provider_orders", _install_orders, check=_check_orders, staticmethod=False,
+        doc="dict platform -> provider names: the default order on each platform (cpu, cuda, rocm...)",
     )

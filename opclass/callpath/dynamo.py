@@ -12,18 +12,36 @@ The op is read through ``AttrSource(MyOp, "_opclass_op")``, so compiled code is 
 removing or redefining the class sets it to ``None`` and the retrace takes dynamo's usual path
 (the retired class redirects to the live op), as do abstract bases and classes without a source.
 Registration waits until ``torch._dynamo`` is imported (:mod:`opclass.core.after_import`).
+
+A *lowered* op (``record.lowered``: its kernels are traced into the graph, ``traceable``) gets
+more from a class call: a guard on its record (a redefinition, ``add_provider``, recompiles), where
+the provider state chooses what is traced, a guard on that state as the call sees it
+(``MyOp._opclass_choice``, :func:`choice_token`: a ``use_providers`` block open around the
+compiled call, the orders, the mode, ...), so a change recompiles rather than leaving a stale
+graph; and the kernels it may trace, with their sources' hashes, on the graph module
+(``_opclass_kernels``), which AOTAutogradCache's key pickles: a changed kernel is never served
+from the compile cache. ``torch.ops.ns.op(...)`` calls get neither.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import warnings
 from typing import Any, Callable
 
 from opclass.core import after_import
+from opclass.install import orders
+from opclass.install.record import GUARDED
+from opclass.install.tuning import source_hash
 
-__all__ = ["watch", "warn_specialized"]
+__all__ = ["watch", "warn_specialized", "choice_token", "CHOICE", "KERNELS"]
+
+#: The op class attribute (``OpMeta``'s property) a lowered op's class call is guarded on.
+CHOICE = "_opclass_choice"
+#: The graph module attribute that lists the kernels traced into it, for the compile cache's key.
+KERNELS = "_opclass_kernels"
 
 _DYNAMO = "torch._dynamo"
 _LOCK = threading.RLock()
@@ -88,9 +106,17 @@ def _dispatch_tables() -> tuple[list[dict[object, Callable[..., Any]]], Callable
             op = self.value.__dict__.get("_opclass_op")
             if op is None or self.source is None:
                 return super().call_function(tx, args, kwargs)
-            _warn_if_specialized(self.value.__dict__.get("_opclass_record"), args, kwargs)
+            record = self.value.__dict__.get("_opclass_record")
+            _warn_if_specialized(record, args, kwargs)
+            guarded = record is not None and record.lowered is not None and _guard(tx, self.source, self.value, record)
             op_var = VariableBuilder(tx, AttrSource(self.source, "_opclass_op"))(op)
-            return op_var.call_function(tx, args, kwargs)
+            result = op_var.call_function(tx, args, kwargs)
+            if guarded:
+                # Its trace (AOTAutograd, later) reads this from the node: it needs no stale-graph warning.
+                node = next((n for n in reversed(tx.output.graph.nodes) if n.op == "call_function" and n.target is op), None)
+                if node is not None:
+                    node.meta[GUARDED] = True
+            return result
 
     def wrap_op_class(builder: Any, value: type) -> Any:
         """dynamo's wrapping of the class ``value``, with calls of it read as calls of its op."""
@@ -106,6 +132,88 @@ def _dispatch_tables() -> tuple[list[dict[object, Callable[..., Any]]], Callable
         return variable
 
     return tables, wrap_op_class
+
+
+def _guard(tx: Any, source: Any, cls: type, record: Any) -> bool:
+    """Guard a lowered op's class call on what its trace depends on, and list the kernels it may
+    trace on the graph module; ``False`` where this torch lacks a part of it (the graph keeps its
+    choice, as a ``torch.ops`` call's does)."""
+    try:
+        from torch._dynamo.guards import GuardBuilder, install_guard
+        from torch._dynamo.source import AttrSource
+        from torch._dynamo.variables.builder import VariableBuilder
+
+        finalize = tx.output.add_graph_finalizer
+        entries, by_state = record.lowered()
+        install_guard(AttrSource(source, "_opclass_record").make_guard(GuardBuilder.ID_MATCH))
+        if by_state:
+            # The constant, wrapped and realized (a lazy one guards only once used), installs dynamo's
+            # CONSTANT_MATCH guard on the attribute, read anew on each call of the compiled code, in
+            # the caller's context.
+            VariableBuilder(tx, AttrSource(source, CHOICE))(getattr(cls, CHOICE)).realize()
+    except (ImportError, AttributeError, TypeError):
+        return False
+    kernels = ", ".join(f"{e.name} {source_hash(e.raw)}" for e in entries)
+    finalize(functools.partial(_list_kernels, f"{record.qualname}: {_canonical(record.table.key(orders.current())) if by_state else ''} {kernels}"))
+    return True
+
+
+def _list_kernels(line: str, gm: Any) -> None:
+    gm.__dict__[KERNELS] = tuple(sorted({*gm.__dict__.get(KERNELS, ()), line}))
+
+
+#: Each provider state's key's text; each record's text under the process-wide state, as of a version of it.
+_TOKENS: dict[Any, str] = {}
+_AS_OF: dict[Any, tuple[int, str]] = {}
+
+
+def choice_token(cls: type) -> str:
+    """What of the provider state a lowered op's trace chose by, as a call in this context sees
+    it (``""``: no op, or one whose trace does not choose by it): equal keys give equal text.
+
+    Example:
+        >>> import torch, opclass
+        >>> class DocsToken(opclass.CustomOp, name="docs_token::neg"):
+        ...     traceable = True
+        ...     @staticmethod
+        ...     def default(x: torch.Tensor) -> torch.Tensor:
+        ...         return -x
+        ...     minus = opclass.provider("cpu")(staticmethod(lambda x: 0 - x))
+        >>> with opclass.use_providers({DocsToken: ["default"]}):
+        ...     inside = choice_token(DocsToken)
+        >>> inside != choice_token(DocsToken) == DocsToken._opclass_choice
+        True
+        >>> opclass.remove(DocsToken)
+    """
+    record = cls.__dict__.get("_opclass_record")
+    if record is None or record.lowered is None:
+        return ""
+    # Read on every call of compiled code that calls the op: outside blocks, once per change of the state.
+    block, version = orders.BLOCK.get(), orders.version()
+    if block is None and (found := _AS_OF.get(record)) is not None and found[0] == version:
+        return found[1]
+    key = record.table.key(orders.current())
+    token = _TOKENS.get(key)
+    if token is None:
+        if len(_TOKENS) > 256:
+            _TOKENS.clear()
+        token = _TOKENS[key] = _canonical(key)
+    if block is None:
+        if len(_AS_OF) > 256:
+            _AS_OF.clear()
+        _AS_OF[record] = (version, token)
+    return token
+
+
+def _canonical(value: Any) -> str:
+    """``repr``, with sets and mappings sorted: the same text in every process (a compile cache's key)."""
+    if isinstance(value, (set, frozenset)):
+        return "{" + ", ".join(sorted(map(_canonical, value))) + "}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(sorted(f"{_canonical(k)}: {_canonical(v)}" for k, v in value.items())) + "}"
+    if isinstance(value, (tuple, list)):
+        return "(" + ", ".join(map(_canonical, value)) + ")"
+    return repr(value)
 
 
 _WARNED: set[tuple[str, str]] = set()

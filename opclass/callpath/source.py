@@ -385,13 +385,15 @@ _KEYS: weakref.WeakKeyDictionary[OpRecord, tuple[int, object]] = weakref.WeakKey
 def _entry_kernel(choice: Any, user: Any) -> Any:
     """The C entry's kernel for a device: the function, or where providers choose, the tuple
     ``(predicate, function, ..., last)`` (``last``: the candidate without a predicate, or the
-    refusal)."""
+    refusal); a tuning table's predicate, where it can, as ``(place, {dtype: (low, high)})``,
+    which the C entry tests itself."""
     if choice is None:
         return user
     tried = choice.tried
     if len(tried) == 1 and tried[0].options.supports is None:
         return tried[0].fn
-    pairs = [x for e in tried if e.options.supports is not None for x in (e.options.supports, e.fn)]
+    tests = choice.native_tests
+    pairs = [x for i, e in enumerate(tried) if e.options.supports is not None for x in (tests.get(i, e.options.supports), e.fn)]
     return (*pairs, tried[-1].fn if tried and tried[-1].options.supports is None else choice.refuse)
 
 

@@ -42,6 +42,7 @@ HOOK_KINDS: dict[str, str] = {
     "samples": "static",
     "traceable": "value",
     "providers": "members",
+    "provider_orders": "value",
 }
 
 #: The name torch gives an op's overload without a name (``torch.ops.ns.op.default``).

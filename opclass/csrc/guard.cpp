@@ -30,6 +30,7 @@
 #include <ATen/record_function.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 namespace {
@@ -295,6 +296,19 @@ PyObject* meta_call(PyObject* cls, PyObject* args, PyObject* kwargs) {
 
 PyObject* fast_name = nullptr;  // "_opclass_fast"
 
+// A tuning table's test, (place, {dtype: (low, high)}) (install/tuning.py, native_test): whether
+// the Tensor at place (the spec made it one) has a numel in [low, high) for its dtype. 1, 0, -1.
+int in_bucket(PyObject* test, PyObject* const* args) {
+  const at::Tensor& t = THPVariable_Unpack(args[PyLong_AsSsize_t(PyTuple_GET_ITEM(test, 0))]);
+  PyObject* dtype = reinterpret_cast<PyObject*>(torch::getTHPDtype(t.scalar_type()));
+  PyObject* span = PyDict_GetItemWithError(PyTuple_GET_ITEM(test, 1), dtype);
+  if (span == nullptr) {
+    return PyErr_Occurred() ? -1 : 0;
+  }
+  long long numel = static_cast<long long>(t.numel());
+  return PyLong_AsLongLong(PyTuple_GET_ITEM(span, 0)) <= numel && numel < PyLong_AsLongLong(PyTuple_GET_ITEM(span, 1)) ? 1 : 0;
+}
+
 // The whole plain-eager call in C, for simple ops (see callpath/source.py, c_entry): fast is
 // (spec, single, kernel_cpu, kernel_cuda, apply_cpu, apply_cuda, finish, blocks, key);
 // `block`: an open use_providers block's kernels for the op, (kernel_cpu, kernel_cuda, ...), or
@@ -308,12 +322,25 @@ PyObject* fast_call(PyObject* fast, const char* spec, PyObject* const* args, Py_
     target = PyTuple_GET_ITEM(fast, code - 1);
   }
   // A choice among providers: (predicate, kernel, ..., last): the first kernel whose predicate
-  // accepts the arguments, else last (the one without a predicate, or the refusal).
+  // accepts the arguments, else last (the one without a predicate, or the refusal). A predicate
+  // that is a tuple is a tuning table's bucket test, made here (no Python call).
   if (PyTuple_CheckExact(target)) {
     Py_ssize_t n = PyTuple_GET_SIZE(target);
     PyObject* picked = PyTuple_GET_ITEM(target, n - 1);
     for (Py_ssize_t i = 0; i + 1 < n; i += 2) {
-      PyObject* ok = PyObject_Vectorcall(PyTuple_GET_ITEM(target, i), args, static_cast<size_t>(nargs), nullptr);
+      PyObject* test = PyTuple_GET_ITEM(target, i);
+      if (PyTuple_CheckExact(test)) {
+        int in = in_bucket(test, args);
+        if (in < 0) {
+          return nullptr;
+        }
+        if (in == 1) {
+          picked = PyTuple_GET_ITEM(target, i + 1);
+          break;
+        }
+        continue;
+      }
+      PyObject* ok = PyObject_Vectorcall(test, args, static_cast<size_t>(nargs), nullptr);
       Py_XDECREF(ok);  // True and False outlive it; anything else: the generated call raises
       if (ok == nullptr || (ok != Py_True && ok != Py_False)) {
         return ok == nullptr ? nullptr : Py_NewRef(Py_NotImplemented);

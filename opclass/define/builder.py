@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
+import warnings
 from typing import Any, Callable, Iterable, Mapping, NoReturn, Sequence
 
 import torch
@@ -31,9 +32,9 @@ from opclass.core.types import DEVICE_TYPES, MISTAKEN_DEVICES
 from opclass.define import schema as schemas
 from opclass.define.annotations import SchemaProblem, config_name, configs_of
 from opclass.define.arguments import Arguments
-from opclass.define.hookspec import ADDED_BY, MEMBER_OF, Hook, HookContext, hooks, kernels_of, member_hook, parameters_of
+from opclass.define.hookspec import ADDED_BY, MEMBER_OF, OPTIONAL, Hook, HookContext, hooks, kernels_of, member_hook, parameters_of
 from opclass.define.spec import Keywords, OpSpec
-from opclass.errors import definition_error, did_you_mean, formatdef
+from opclass.errors import OpDefinitionError, definition_error, did_you_mean, formatdef, user_stacklevel
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RESERVED_NAMESPACES = {"aten", "prim", "prims", "quantized", "_quantized", "inductor", "higher_order", "_c10d_functional", "c10d"}
@@ -198,10 +199,12 @@ class OpBuilder:
         then ``kernels`` and ``configs``."""
         for hook in self.hooks.values():
             for name, fn in (hook.extra(qualname) if hook.members and hook.extra is not None else {}).items():
-                members = self.defined.setdefault(hook.name, {})
-                if name in members or name in self.hooks:
+                if name in self.defined.get(hook.name, {}) or name in self.hooks:
+                    if getattr(fn, OPTIONAL, False):
+                        self.leave_out(hook.name, name, fn, f"{qualname} already has a {hook.name} member or hook named {name!r}")
+                        continue
                     self.fail(name, f"{qualname} already has a {hook.name} member or hook named {name!r}", f"give the one added from outside another name", fn)
-                members[name] = fn
+                self.defined.setdefault(hook.name, {})[name] = fn
         self.kernels = kernels_of(self.hooks, self.defined)
         self.configs = configs_of([fn for hook, fn in self.defined.items() if self.hooks[hook].kernel])
 
@@ -320,9 +323,28 @@ class OpBuilder:
 
     def validate_hooks(self, qualname: str, table: Arguments, signature: inspect.Signature, kw: Keywords) -> None:
         """Each hook's own check (built-in or third-party), with the schema known."""
-        for hook, value in self.defined.items():
-            if (check := self.hooks[hook].check) is not None:
+        for hook, value in list(self.defined.items()):
+            if (check := self.hooks[hook].check) is None:
+                continue
+            # Members that must not fail the class are checked one by one, after the others.
+            optional = {}
+            for name, fn in list(value.items()) if self.hooks[hook].members else ():
+                if getattr(fn, OPTIONAL, False):
+                    optional[name] = value.pop(name)
+            if value or not optional:
                 check(value, HookContext(self.cls_name, hook, value, qualname, self.schema, signature, dict(self.defined), kw.tags, table, self.hooks, kw.existing))
+            for name, fn in optional.items():
+                with_it = {**value, name: fn}
+                try:
+                    check(with_it, HookContext(self.cls_name, hook, with_it, qualname, self.schema, signature, dict(self.defined), kw.tags, table, self.hooks, kw.existing))
+                    value[name] = fn
+                except OpDefinitionError as e:
+                    self.leave_out(hook, name, fn, str(e))
+
+    def leave_out(self, hook: str, name: str, fn: Any, problem: str) -> None:
+        """A member given from outside that must not fail the class (``OPTIONAL``) and does not fit it: left out, with a warning."""
+        by = getattr(fn, ADDED_BY, "another module")
+        warnings.warn(f"class {self.cls_name}: the {hook} member {name!r} that {by} added from outside the class is left out: {problem}", UserWarning, stacklevel=user_stacklevel())
 
     # ------------------------------------------------------------------ 3. build
 

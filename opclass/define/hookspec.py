@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from opclass.define.arguments import Arguments
     from opclass.install.record import OpRecord  # the install layer is above this one: types only
 
-__all__ = ["Hook", "HookContext", "MEMBER_OF", "ADDED_BY", "register_hook", "unregister_hook", "hooks"]
+__all__ = ["Hook", "HookContext", "MEMBER_OF", "ADDED_BY", "OPTIONAL", "register_hook", "unregister_hook", "hooks"]
 
 
 @dataclasses.dataclass
@@ -133,6 +133,10 @@ class Hook:
 MEMBER_OF = "__opclass_member_of__"
 #: Set on a member given from outside its class: the module that gave it (errors name it).
 ADDED_BY = "__opclass_added_by__"
+#: Set on a member given from outside its class that must never make a class statement fail (a
+#: provider loaded when first chosen, added before its op was defined): where it does not fit the
+#: class, it is left out, with a warning.
+OPTIONAL = "__opclass_optional__"
 
 _HOOKS: dict[str, Hook] = {}
 _LOCK = threading.Lock()

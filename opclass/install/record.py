@@ -21,13 +21,17 @@ from torch.fx.node import _side_effectful_functions
 from opclass.core.compat import unregister_config
 from opclass.define.spec import OpSpec
 from opclass.install.outputs import Contract
-from opclass.install.table import Kernel, KernelTable
+from opclass.install.table import Entry, Kernel, KernelTable
 
 if TYPE_CHECKING:
     from opclass.install.functions import Formula, Functions
     from opclass.install.plan import CallPlan
 
-__all__ = ["OpRecord", "LOCK", "lookup", "live_records", "set_live", "take_live", "destroy", "undo_hooks"]
+__all__ = ["OpRecord", "GUARDED", "LOCK", "lookup", "live_records", "set_live", "take_live", "destroy", "undo_hooks"]
+
+#: The key a lowered op's class call, traced by dynamo under a guard on what its trace chooses by,
+#: sets in its graph node's meta: tracing that node needs no warning of a stale graph.
+GUARDED = "opclass_guarded"
 
 
 class OpRecord(OpSpec):
@@ -80,6 +84,10 @@ class OpRecord(OpSpec):
         self.autograd_kernel: Callable[[OpRecord], Callable[..., Any]] | None = None
         #: The op's call under torch.func transforms (made by the install when no hook gave one).
         self.functorch_entry: Callable[..., Any] | None = None
+        #: Set where torch.compile traces into the op's kernels instead of recording one node (a hook
+        #: lowers it): the kernels a trace in this context may trace into, and whether the provider
+        #: state in force chooses among them (a class call traced by dynamo is then guarded on it).
+        self.lowered: Callable[[], tuple[list[Entry], bool]] | None = None
         #: The op's autograd.Functions, made on first need (:func:`opclass.install.functions.functions`).
         self.functions: Functions | None = None
         #: What a plain eager call may do without the dispatcher (see :mod:`opclass.install.plan`).

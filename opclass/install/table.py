@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import threading
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn, Sequence
 
 import torch
@@ -31,6 +32,8 @@ from torch.utils._pytree import tree_leaves
 from opclass.core.shield import shield
 from opclass.errors import did_you_mean, first_line, definition_error
 from opclass.install import orders
+from opclass.install.lazy import Lazy
+from opclass.install.tuning import Bucket, Tuning, bucket_function, bucket_text, in_front, refusal
 from opclass.install.outputs import output_is_fresh
 
 if TYPE_CHECKING:
@@ -57,6 +60,14 @@ class Options:
     #: One value, or one per dtype (``{torch.float16: 1e-2, torch.float32: 1e-5}``).
     atol: float | Mapping[torch.dtype, float] | None = None
     rtol: float | Mapping[torch.dtype, float] | None = None
+    #: The platform it needs within its device type (``"rocm"``: a HIP build's ``cuda``).
+    platform: str | None = None
+    #: The CUDA compute capabilities it runs on, ``(lowest, highest)``, both included (``None``: open).
+    capability: tuple[tuple[int, int] | None, tuple[int, int] | None] | None = None
+    #: A provider named by ``"module:attr"`` (``opclass.add_provider`` with a string): loaded when first chosen.
+    lazy: Lazy | None = None
+    #: Where a provider added from outside its class came from (``""``: the class body, or an own kernel).
+    origin: str = ""
 
     def flags(self) -> frozenset[str]:
         return frozenset(f for f in orders.FLAGS if getattr(self, f))
@@ -91,11 +102,20 @@ class Entry:
     table: KernelTable
     checked: Callable[..., Any] = dataclasses.field(default=lambda *a, **k: None)
     _available: tuple[bool, str] | None = None
+    #: A lazy provider's declared options (its ``options.supports`` is :meth:`loads_first`, the
+    #: predicate that loads it when a choice first reaches it, until it loads), and whether it has not yet.
+    declared: Options | None = None
+    pending: bool = False
 
-    def available(self) -> tuple[bool, str]:
+    def available(self, load: bool = True) -> tuple[bool, str]:
         """``(available, why not)``, asked once. ``available()`` raising ImportError, OSError or
         RuntimeError (a library, a shared object or a device missing) says "no", with its text as
-        the reason; any other exception is a bug in ``available()`` and surfaces."""
+        the reason; any other exception is a bug in ``available()`` and surfaces. A lazy provider
+        is loaded first (``load=False``: not loaded, a candidate whose predicate loads it)."""
+        if self.pending and self.declared is not None:
+            if not load:
+                return True, ""
+            self._load(self.declared)
         if self._available is None:
             check, why, record = self.options.available, "available() returned False", self.table.record
             try:
@@ -111,6 +131,46 @@ class Entry:
             self._available = (found, "" if found else why)
         return self._available
 
+    def loads_first(self, *args: Any, **kwargs: Any) -> bool:
+        """A lazy provider's predicate until it is loaded: load it, then answer as its own ``supports``."""
+        if not self.available()[0]:
+            return False
+        own = self.options.supports
+        return True if own is None else own(*args, **kwargs)
+
+    def _load(self, declared: Options) -> None:
+        """Import a lazy provider and check it against the op's signature (as class creation checks
+        an unannotated or partly annotated kernel); a failure makes it unavailable for good. Then the
+        op's choices are compiled again, without this predicate (``LOADED``)."""
+        assert declared.lazy is not None
+        record = self.table.record
+        fn, why = declared.lazy.load(record)
+        with _LOADING:
+            if not self.pending:  # another thread loaded it
+                return
+            if why:
+                self._available = (False, why)  # its predicate stays: a choice compiled before declines it
+            else:
+                self.options = declared
+                if getattr(self.fn, "__code__", None) is declared.lazy.stub.__code__ and fn is not None:  # no wrapper around the stub
+                    self.fn = self.raw = fn
+                    self.checked = record.outputs.checked(self.where, fn)
+            self.pending = False
+        self.table._memo.clear()  # the choices compiled with its predicate
+        for loaded in LOADED:
+            loaded(record)
+
+    @property
+    def came_from(self) -> list[str]:
+        """Notes for listings: where a provider added from outside its class came from, and
+        ``not loaded yet: module:attr`` for a lazy one not loaded yet."""
+        lazy = self.declared.lazy if self.pending and self.declared is not None else None
+        return [n for n in (self.options.origin, f"not loaded yet: {lazy.target}" if lazy is not None else "") if n]
+
+    def declined(self) -> str:
+        """Why a candidate did not take a call: its predicate said no, or (a lazy provider) it failed to load."""
+        return "supports() returned False" if self._available is None or self._available[0] else f"not available: {self._available[1]}"
+
     def runs_on(self, device: str | None) -> bool:
         return self.options.devices is None or device in self.options.devices
 
@@ -123,8 +183,12 @@ class Entry:
         """Why this entry, in the order in force, is no candidate on ``slot`` under ``mode`` (``None``: it is)."""
         if not self.runs_on(slot):
             return f"runs on {', '.join(self.options.devices or ())}"
-        if not self.available()[0]:
-            return f"not available: {self.available()[1]}"
+        if self.options.platform is not None and orders.platform(slot) != self.options.platform:
+            return f"needs {self.options.platform}, this is {orders.platform(slot)}"
+        if self.options.capability is not None and (why := orders.outside(self.options.capability)) is not None:
+            return why
+        if not self.available(load=False)[0]:  # compiling a choice imports no lazy provider
+            return f"not available: {self.available(load=False)[1]}"
         missing = mode - self.options.flags()
         return f"not {' and '.join(sorted(missing))}" if missing else None
 
@@ -152,7 +216,7 @@ class Choice:
         self.table = table
         # The reference mode: the op's own kernels, and no provider, whatever the order.
         reference, flags = orders.MODES[-1] in state.mode, state.mode & frozenset(orders.FLAGS)
-        ranked = [e for e in table.entries if e.own] if reference else table.ranked(state)
+        ranked = [e for e in table.entries if e.own] if reference else table.ranked(state, slot)
         #: Every entry, the candidates in order first, with why it is no candidate (``None``: it is).
         self.reasons: list[tuple[Entry, str | None]] = [(e, e.excluded(slot, flags)) for e in ranked]
         self.reasons += [(e, "a provider, and the mode is reference" if reference else "not in the order in force") for e in table.entries if e not in ranked]
@@ -160,10 +224,19 @@ class Choice:
         upto = next((i + 1 for i, e in enumerate(candidates) if e.options.supports is None), len(candidates))
         #: The names the order in force gives that the op does not have: every call is refused
         #: (an order that cannot apply is an error, not a shorter order; the reference mode reads none).
-        self.missing = [] if reference else [n for n in state.orders.get(table.qualname, ()) if n not in {e.name for e in table.entries}]
+        self.missing = [] if reference else [n for n in table.order(state, slot) or () if n not in {e.name for e in table.entries} and n != orders.REST]
         #: What a call may run, in order: up to the first candidate without a predicate.
         self.tried: tuple[Entry, ...] = () if self.missing else tuple(candidates[:upto])
         self._complete = table.record.arguments.complete
+        #: The op's tuning table where it applies (none in the reference mode), and the call's bucket.
+        self.tuned: Tuning | None = None if reference or self.missing else table.tuning(state, slot)
+        self.bucket: Callable[..., Bucket | None] = lambda *args, **kwargs: None
+        #: By place in ``tried``, a table's predicate as the C entry tests it (tuning.native_test).
+        self.native_tests: dict[int, Any] = {}
+        if self.tuned is not None:
+            self.bucket = bucket_function(self.tuned.sizes, table.record.arguments)
+            front, self.native_tests = in_front(self.tuned, candidates, table.record.arguments)
+            self.tried = (*front, *self.tried)
 
     def pick(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Entry | None:
         """The entry that runs ``op(*args, **kwargs)`` (``None``: none takes it); each predicate
@@ -202,7 +275,7 @@ class Choice:
 
     def refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
         """Raise the error of a call no entry takes (every route raises this one)."""
-        reasons = "; ".join(f"{e.name}: {why or 'supports() returned False'}" for e, why in self.reasons)
+        reasons = "; ".join(f"{e.name}: {why or e.declined()}" for e, why in self.reasons)
         record = self.table.record
         if self.missing:
             known = [e.name for e in self.table.entries]
@@ -217,12 +290,26 @@ class Choice:
         )
 
     def explain(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tuple[Entry, str | None]]:
-        """Each entry with why it does not run this call (``None``: it runs), in order."""
+        """Each entry with why it does not run this call (``None``: it runs; ``runs (...)``: it
+        runs, as the tuning table says), in order."""
         chosen = self.pick(args, kwargs)
         declined = self.tried if chosen is None else self.tried[: self.tried.index(chosen)]
         blocked = f"the order names {', '.join(map(repr, self.missing))}, which the op does not have" if self.missing else "an earlier provider runs"
-        why_not = {e: "supports() returned False" if e in declined else blocked for e, why in self.reasons if why is None}
-        return [(e, None if e is chosen else why_not.get(e, why)) for e, why in self.reasons]
+        why_not = {e: e.declined() if e in declined else blocked for e, why in self.reasons if why is None}
+        runs = None
+        if self.tuned is not None and chosen is not None:
+            # The table's candidates are copies of the entries: say it by name.
+            full = self._complete(args, kwargs)
+            bucket = self.bucket(*full[0], **full[1])
+            picked = None if bucket is None else self.tuned.choices.get(bucket)
+            notes = {name: "the tuning table chooses another for this bucket" for name in self.tuned.choices.values() if picked is not None}
+            if picked is not None and picked != chosen.name:
+                notes[picked] = "supports() returned False"  # the table's choice declines the call
+            if bucket is not None:
+                runs = f"runs (tuning table: bucket {bucket_text(bucket)} → {picked})" if picked == chosen.name else None if picked else f"runs (bucket {bucket_text(bucket)} is not in the tuning table)"
+            why_not.update((e, notes[e.name]) for e, why in self.reasons if why is None and e.name in notes)
+        name = None if chosen is None else chosen.name
+        return [(e, runs if e.name == name else why_not.get(e, why)) for e, why in self.reasons]
 
 
 def not_bool(e: Entry, said: object) -> NoReturn:
@@ -233,6 +320,10 @@ def not_bool(e: Entry, said: object) -> NoReturn:
 
 _PROFILING = _C._autograd._profiler_enabled
 _FRESH = output_is_fresh()
+_LOADING = threading.Lock()
+#: Called with the op's record after one of its lazy providers loaded: ``opclass.lifecycle``
+#: compiles the op's choices again (this layer cannot call up).
+LOADED: list[Callable[[OpRecord], None]] = []
 
 
 class KernelTable:
@@ -246,13 +337,18 @@ class KernelTable:
         self.kernels: dict[str | None, Kernel] = {}
         self._wrappers: list[Callable[[Entry], Callable[..., Any] | None]] = []
         self._static: dict[str | None, Choice] = {}
-        self._memo: dict[tuple[str | None, tuple[str, ...] | None, frozenset[str]], Choice] = {}
+        self._memo: dict[tuple[Any, ...], Choice] = {}
         #: A trace chose from this table: graphs compiled then keep that choice.
         self.traced = False
+        #: The op's default orders per platform (``provider_orders``), for the slots of their device types.
+        self.platform_orders: dict[str, tuple[str, ...]] = {}
 
     def add(self, name: str, fn: Callable[..., Any], options: Options, *, own: bool, raw: Callable[..., Any] | None = None) -> None:
         """Add a kernel: the op's own (``own``: a device hook's or ``default``), else a provider."""
-        self.entries.append(Entry(name, fn, self.record.where(name), options, own, fn if raw is None else raw, self.record.lib.installing, self))
+        entry = Entry(name, fn, self.record.where(name), options, own, fn if raw is None else raw, self.record.lib.installing, self)
+        if options.lazy is not None:  # a candidate with a predicate that loads it (Entry.loads_first)
+            entry.declared, entry.pending, entry.options = options, True, dataclasses.replace(options, supports=entry.loads_first)
+        self.entries.append(entry)
 
     def wrap(self, wrapper: Callable[[Entry], Callable[..., Any] | None]) -> None:
         """Have every entry's ``fn`` replaced by ``wrapper(entry)`` where that is not ``None``
@@ -302,13 +398,27 @@ class KernelTable:
 
     def choice(self, slot: str | None, state: orders.State) -> Choice:
         """The choice for ``slot`` under ``state``, compiled once per (slot, order, mode)."""
-        key = (slot, state.orders.get(self.qualname), state.mode)
+        key = (slot, *self.key(state))
         found = self._memo.get(key)
         if found is None:
             if len(self._memo) > 64:
                 self._memo.clear()
             found = self._memo[key] = Choice(self, slot, state)
         return found
+
+    def key(self, state: orders.State) -> tuple[Any, ...]:
+        """What of ``state`` the op's choice depends on (equal keys: equal choices on each slot)."""
+        platform_orders = tuple((k, v) for k, v in state.orders.items() if k.startswith(f"{self.qualname}@")) if self.qualname in state.per_platform else ()
+        return (state.orders.get(self.qualname), platform_orders, state.mode, orders.facts_set, state.tuned.get(self.qualname))
+
+    def tuning(self, state: orders.State, slot: str | None) -> Tuning | None:
+        """The tuning table ``state`` holds for the op, where it applies to ``slot``'s calls: those
+        of the device type it was measured on (on ``None``: where that type has no slot of its own),
+        and the op as defined here (:func:`opclass.install.tuning.refusal`)."""
+        tuned = state.tuned.get(self.qualname)
+        if tuned is None or slot not in (tuned.device_type, None) or (slot is None and any(tuned.device_type in (e.options.devices or ()) for e in self.entries)):
+            return None
+        return tuned if refusal(tuned, {e.name: e.raw for e in self.entries}) is None else None
 
     def now(self, slot: str | None) -> Choice:
         """The choice for a call in this context."""
@@ -322,7 +432,8 @@ class KernelTable:
         device type an entry names, and ``None`` where one runs on every device."""
         if not self.has_providers:
             return
-        devices = sorted({d for e in self.entries for d in e.options.devices or ()})
+        named = {orders.device_type(p) for p in self.platform_orders}  # a slot for each platform's order
+        devices = sorted({d for e in self.entries for d in e.options.devices or ()} | named)
         slots = [*devices, *([None] if any(e.options.devices is None for e in self.entries) else [])]
         state = orders.global_state()
         self._static = {slot: self.choice(slot, state) for slot in slots}
@@ -341,17 +452,33 @@ class KernelTable:
 
         return choose
 
-    def ranked(self, state: orders.State) -> list[Entry]:
-        """The entries in ``state``'s order for the op (its declaration's where it gives none)."""
-        order = state.orders.get(self.qualname)
-        return self.entries if order is None else [e for n in order for e in self.entries if e.name == n]
+    def order(self, state: orders.State, slot: str | None = None) -> tuple[str, ...] | None:
+        """The order ``state`` gives the op on ``slot``'s platform (``op@rocm``), else on every one."""
+        name = self.qualname
+        if slot is not None and name in state.per_platform:
+            return state.orders.get(f"{name}@{orders.platform(slot)}") or state.orders.get(name)
+        return state.orders.get(name)
 
-    def check_order(self, names: Sequence[str], source: str) -> tuple[str, ...]:
+    def ranked(self, state: orders.State, slot: str | None = None) -> list[Entry]:
+        """The entries in ``state``'s order for the op on ``slot`` (the default order where it gives
+        none: the op's for the slot's platform, else its declaration's; ``...`` in an order: the
+        rest of the default order)."""
+        given = self.platform_orders.get(orders.platform(slot) or "") if slot is not None and self.platform_orders else None
+        default = self.entries if given is None else [self.entry(n) for n in given if n != orders.REST]
+        order = self.order(state, slot)
+        if order is None:
+            return default
+        named = [n for n in order if n != orders.REST]
+        rest = [e.name for e in default if e.name not in named] if orders.REST in order else []
+        at = order.index(orders.REST) if rest else len(order)
+        return [e for n in (*order[:at], *rest, *order[at + 1 :]) for e in self.entries if e.name == n]
+
+    def check_order(self, names: Sequence[Any], source: str) -> tuple[str, ...]:
         """``names``, as a tuple, where they are all this op's providers, else a ``ValueError`` says which is not."""
         if isinstance(names, str):
             raise TypeError(f"{source} takes the provider names of {self.qualname} as a list, not the string {names!r}: write [{names!r}]")
-        names = tuple(names)
-        if not names:
+        names = tuple(orders.REST if n is ... else n for n in names)
+        if not names or names == (orders.REST,):
             raise ValueError(f"{source}: an empty order for {self.qualname} would run nothing: name its providers, or pass None for the declaration's order")
         known = [e.name for e in self.entries]
         if (twice := orders.repeated(names)) is not None:
@@ -359,7 +486,7 @@ class KernelTable:
         for name in names:
             if not isinstance(name, str):
                 raise TypeError(f"{source}: {name!r} in the order of {self.qualname} is no provider name (str); it has {', '.join(known)}")
-            if name not in known:
+            if name not in known and name != orders.REST:
                 guess = did_you_mean(name, known)
                 raise ValueError(f"{source} names provider {name!r} for {self.qualname}, which has {', '.join(known)}" + (f": did you mean {guess!r}?" if guess else ""))
         return names
@@ -369,8 +496,8 @@ class KernelTable:
         state = orders.global_state()
         parts = [f"{n} (missing: no call runs)" for n in self.choice(None, state).missing]
         for e in self.ranked(state):
-            marks = {"unavailable": not e.available()[0], "supports()": e.options.supports is not None}
-            notes = [e.runs_where, *sorted(e.options.flags()), *(mark for mark, on in marks.items() if on)]
+            marks = {"unavailable": not e.available(load=False)[0], "supports()": (e.declared or e.options).supports is not None}
+            notes = [e.runs_where, *sorted(e.options.flags()), *(mark for mark, on in marks.items() if on), *e.came_from]
             parts.append(f"{e.name} ({'; '.join(notes)})")
         return "providers: " + ", ".join(parts)
 

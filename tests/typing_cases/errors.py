@@ -59,6 +59,7 @@ def wrong_kernel(x: Tensor, k: str = "1") -> Tensor:
 
 # The provider's function is checked against the op's signature.
 # M: error: Argument 1 to "add_provider" has incompatible type "type[Provided]"; expected "Callable[[Tensor, str], Tensor] | str"  [arg-type]
+# P: error: No overloads for "add_provider" match the provided arguments  [reportCallIssue]
 # P: error: Argument of type "(x: Tensor, k: str = "1") -> Tensor" cannot be assigned to parameter "fn" of type "(**P@add_provider) -> R@add_provider" in function "add_provider"  [reportArgumentType]
 opclass.add_provider(Provided, "wrong", wrong_kernel, "cpu")
 
