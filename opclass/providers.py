@@ -36,6 +36,7 @@ import torch
 
 from opclass import _plugins, lifecycle
 from opclass._samples import samples_of
+from opclass.builtin_hooks import debug
 from opclass.builtin_hooks import providers as hook
 from opclass.define.hookspec import ADDED_BY, OPTIONAL
 from opclass.install import orders as state
@@ -356,10 +357,19 @@ def tune_providers(
     bounds = tuple(sorted(sizes)) if sizes is not None else midpoints(n for n in numels.values() if n is not None)
     bucket_of = bucket_function(bounds, record.arguments)
     buckets = {i: b for i in numels if (b := bucket_of(*full[i][0], **full[i][1])) is not None}
-    runs = {}  # sample -> the entries that run it alone in the order
+    runs = {}  # sample -> the entries that run it alone in the order, and agree with the reference
+    wrong: dict[str, str] = {}
     for i, sample in enumerate(found):
         slot = devices[i] if devices[i] in table.kernels else None
         runs[i] = [e for e in table.entries if table.choice(slot, state.State({table.qualname: (e.name,)})).pick(sample.args, sample.kwargs) is e]
+        for e in runs[i]:
+            if not e.own and e.name not in wrong:
+                problem = debug.disagreement(record, e.where, e.checked, e.options, sample.args, sample.kwargs, "tune_providers compares them on each sample")
+                if problem is not None:
+                    wrong[e.name] = problem
+        runs[i] = [e for e in runs[i] if e.name not in wrong]
+    for problem in wrong.values():  # a wrong provider never wins a bucket, however fast
+        warnings.warn(f"opclass.tune_providers: left out of the table: {problem}", UserWarning, stacklevel=2)
 
     def winners(times: Mapping[tuple[str, int], float]) -> dict[Bucket, str]:
         won = {}
@@ -389,7 +399,7 @@ def tune_providers(
     # takes every call (no sample's choice moves), not left out.
     ranked = sorted(speedup, key=lambda name: -speedup[name])
     cut = next((i for i, name in enumerate(ranked) if table.entry(name).options.supports is None), len(ranked))
-    order = ranked[:cut] + [name for name, ts in per.items() if not ts and table.entry(name).available()[0]] + ranked[cut:]
+    order = ranked[:cut] + [name for name, ts in per.items() if not ts and name not in wrong and table.entry(name).available()[0]] + ranked[cut:]
     tuned = Tuning(
         record.qualname, device_name(kind), kind, torch.__version__, {e.name: source_hash(e.raw) for e in table.entries}, bounds,
         won[-1], {name: round(max((spreads[name, i] for i in ts), default=0.0), 1) for name, ts in per.items() if ts}, tuple(order),
@@ -478,6 +488,10 @@ class ProviderInfo(NamedTuple):
     origin: str
     #: Whether the order in force in this context names it (a mode may still exclude it).
     in_order: bool
+    #: The platform it needs within its device type (``"rocm"``), if any.
+    platform: str | None = None
+    #: The CUDA compute capabilities it runs on, ``(lowest, highest)`` (``None``: open), if given.
+    capability: tuple[tuple[int, int] | None, tuple[int, int] | None] | None = None
 
 
 def providers_of(op: Any) -> list[ProviderInfo]:
@@ -506,7 +520,7 @@ def providers_of(op: Any) -> list[ProviderInfo]:
     listed = []
     for e in [*ranked, *(e for e in table.entries if e not in ranked)]:
         origin = "own kernel" if e.own else e.options.origin or "class body"
-        listed.append(ProviderInfo(e.name, e.options.devices, e.options.flags(), *e.available(), origin, e in ranked))
+        listed.append(ProviderInfo(e.name, e.options.devices, e.options.flags(), *e.available(), origin, e in ranked, e.options.platform, e.options.capability))
     return listed
 
 

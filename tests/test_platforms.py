@@ -72,6 +72,14 @@ def test_capability_windows_and_platform_orders_choose_as_declared(ns: str, cuda
         assert "blackwell (cuda): needs compute capability 10.0 or higher, this device has 7.5" in explained
 
 
+def test_providers_of_lists_platforms_and_capabilities(ns: str) -> None:
+    listed = {p.name: (p.devices, p.platform, p.capability) for p in opclass.providers_of(gpu_op(ns))}
+    assert listed["aiter"] == (("cuda",), "rocm", None)
+    assert listed["hopper_to_ampere"] == (("cuda",), None, ((8, 0), (9, 0)))
+    assert listed["blackwell"] == (("cuda",), None, ((10, 0), None))
+    assert listed["default"] == (None, None, None)
+
+
 def test_a_provider_for_another_platform_says_so(ns: str) -> None:
     op, x = gpu_op(ns), cuda_tensor()
     with platform("cuda", (9, 0)), opclass.use_providers({op: ["aiter", "default"]}):

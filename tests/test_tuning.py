@@ -28,7 +28,8 @@ SMALL, LARGE = torch.ones(16), torch.ones(4096)
 _MODULES = itertools.count()
 
 # Each provider is slow (2 ms) off its own sizes, so the measured winners are certain: ``small``
-# (adds 1) on small Tensors, ``large`` (adds LARGE_ADDS) on large ones, never ``default`` (adds 0).
+# (adds 1) on small Tensors, ``large`` (adds LARGE_ADDS) on large ones, never ``default`` (adds 0);
+# their tolerances let them differ from the reference by that much (a wrong provider is left out).
 OP_SOURCE = '''
 import time
 import torch
@@ -42,14 +43,14 @@ class Pick(opclass.CustomOp, name="{ns}::pick"):
         time.sleep(0.002)
         return x.clone()
 
-    @opclass.provider("cpu")
+    @opclass.provider("cpu", atol=10.0, rtol=0.0)
     @staticmethod
     def small(x: Tensor) -> Tensor:
         if x.numel() > 1000:
             time.sleep(0.002)
         return x + 1
 
-    @opclass.provider("cpu")
+    @opclass.provider("cpu", atol=10.0, rtol=0.0)
     @staticmethod
     def large(x: Tensor) -> Tensor:
         if x.numel() <= 1000:
@@ -114,7 +115,7 @@ def test_a_loaded_table_chooses_per_bucket_on_every_route(tuned: tuple[Any, opcl
     entry = c_entry(op.record)
     if entry is not None:  # the native guard tests the bucket itself: (place, {dtype: [low, high)})
         test = entry[2][0]
-        assert type(test) is tuple and test[0] == 0 and set(test[1]) <= {torch.float32}
+        assert type(test) is tuple and test[0] == (0,) and set(test[1]) <= {torch.float32}
     assert float(op(LARGE.double())[0]) == 2.0  # bucket (float64, 1) is not in the table: the order's choice (small)
     with opclass.use_providers({op: ["small", "large", "default"]}):  # a block's choice, cached in the block
         assert added(op) == {(16, 1.0), (4096, 2.0)}
@@ -256,3 +257,56 @@ def test_a_calls_bucket_is_its_first_floating_dtype_and_largest_size(ns: str) ->
         inside = bucket_function((16, 256), Neg.record.arguments, within)
         for x in (torch.empty(n, dtype=d) for d in (torch.float32, torch.float16, torch.float64) for n in (0, 15, 16, 255, 256, 300)):
             assert inside(x) == (plain(x) in within), (sorted(within, key=str), x.dtype, x.numel())
+
+
+def test_a_provider_that_disagrees_with_the_reference_is_left_out(ns: str) -> None:
+    class Halve(opclass.CustomOp, name=f"{ns}::halve"):
+        @staticmethod
+        def default(x: Tensor) -> Tensor:
+            return x / 2
+
+        @opclass.provider("cpu", atol={torch.float16: 1e-2})
+        @staticmethod
+        def wrong(x: Tensor) -> Tensor:
+            return x / 2 + 1e-3  # within float16's tolerance, not float32's (the defaults)
+
+        @opclass.provider("cpu")
+        @staticmethod
+        def mul(x: Tensor) -> Tensor:
+            return x * 0.5
+
+    samples = [(torch.ones(64),), (torch.ones(64, dtype=torch.float16),)]
+    with pytest.warns(UserWarning, match=r"tune_providers: left out of the table: .*\(Halve.wrong\) disagrees with .*\(Halve.default\) \(tune_providers compares them on each sample\)"):
+        tuned = opclass.tune_providers(Halve, samples, min_run_time=0.01, show=False)
+    assert "wrong" not in tuned.choices.values() and "wrong" not in tuned.order
+
+
+def test_a_bucket_is_read_from_every_tensor_argument_on_every_route(ns: str, tmp_path: Path) -> None:
+    class Two(opclass.CustomOp, name=f"{ns}::two"):
+        @staticmethod
+        def default(i: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+            return x.clone()
+
+        @opclass.provider("cpu", atol=10.0, rtol=0.0)
+        @staticmethod
+        def one(i: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+            return x + 1
+
+        @opclass.provider("cpu", atol=10.0, rtol=0.0)
+        @staticmethod
+        def two(i: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+            return x + 2
+
+    tuned = opclass.tune_providers(Two, [(torch.zeros(4, dtype=torch.int64), torch.zeros(8))], sizes=[100], min_run_time=0.01, show=False)
+    dataclasses.replace(tuned, choices={(torch.float32, 1): "two", (torch.float64, 0): "two"}).save(tmp_path / "two.json")
+    opclass.load_tuning(tmp_path / "two.json")
+    entry = c_entry(Two.record)
+    if entry is not None:  # the native guard reads both Tensors
+        assert entry[2][0][0] == (0, 1)
+    cases = [
+        ((torch.zeros(4, dtype=torch.int64), torch.zeros(8)), 1.0),  # (float32, 0): not in the table, the order's first
+        ((torch.zeros(1000, dtype=torch.int64), torch.zeros(8)), 2.0),  # the largest Tensor is the int one: (float32, 1)
+        ((torch.zeros(4, dtype=torch.int64), torch.zeros(8, dtype=torch.float64)), 2.0),  # the first floating dtype: (float64, 0)
+    ]
+    for args, adds in cases:
+        assert {float(fn(*args)[0]) for fn in call_paths(Two).values()} == {adds}

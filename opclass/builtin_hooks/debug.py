@@ -242,7 +242,20 @@ def _warn_if_late(record: OpRecord) -> None:
     )
 
 
-def _disagrees_with_reference(record: OpRecord, where: str, reference: Callable[..., Any], copies: Any, inputs: Any, result: Any, tolerances: Any) -> str | None:
+def disagreement(record: OpRecord, where: str, fn: Callable[..., Any], tolerances: Any, args: Any, kwargs: Any, by: str) -> str | None:
+    """How ``fn`` (a provider, with its ``atol``/``rtol`` in ``tolerances``) disagrees with the op's
+    ``reference`` (else ``default``) on these arguments, each run on its own copies; ``None``
+    where it agrees. ``by`` says who compares, in the message."""
+    reference = record.hooks.get("reference") or record.hooks.get("default")
+    if reference is None or reference is fn:
+        return None
+    mine, copies = (tree_map_only(torch.Tensor, lambda t: t.detach().clone(), (args, kwargs)) for _ in range(2))
+    with torch.no_grad():
+        result = fn(*mine[0], **mine[1])
+    return _disagrees_with_reference(record, where, reference, copies, mine, result, tolerances, by)
+
+
+def _disagrees_with_reference(record: OpRecord, where: str, reference: Callable[..., Any], copies: Any, inputs: Any, result: Any, tolerances: Any, by: str = "debug mode compares them on every call") -> str | None:
     """The reference, run on copies of the inputs, against a provider's result and writes."""
     with torch.no_grad():
         expected = reference(*copies[0], **copies[1])
@@ -253,5 +266,5 @@ def _disagrees_with_reference(record: OpRecord, where: str, reference: Callable[
         torch.testing.assert_close([got[i] for i in record.mutated], [want[i] for i in record.mutated], atol=atol, rtol=rtol)
     except AssertionError as e:
         ref = record.where("reference" if "reference" in record.hooks else "default")
-        return f"{where} disagrees with {ref} (debug mode compares them on every call): {first_line(e)}; fix the provider, or give it atol=/rtol= in opclass.provider(...)"
+        return f"{where} disagrees with {ref} ({by}): {first_line(e)}; fix the provider, or give it atol=/rtol= in opclass.provider(...)"
     return None

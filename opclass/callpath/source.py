@@ -385,7 +385,7 @@ _KEYS: weakref.WeakKeyDictionary[OpRecord, tuple[int, object]] = weakref.WeakKey
 def _entry_kernel(choice: Any, user: Any) -> Any:
     """The C entry's kernel for a device: the function, or where providers choose, the tuple
     ``(predicate, function, ..., last)`` (``last``: the candidate without a predicate, or the
-    refusal); a tuning table's predicate, where it can, as ``(place, {dtype: (low, high)})``,
+    refusal); a tuning table's predicate, where it can, as ``(places, {dtype: (low, high)})``,
     which the C entry tests itself."""
     if choice is None:
         return user

@@ -22,6 +22,7 @@
 // dispatcher's error.
 #include <Python.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <vector>
 
@@ -296,16 +297,27 @@ PyObject* meta_call(PyObject* cls, PyObject* args, PyObject* kwargs) {
 
 PyObject* fast_name = nullptr;  // "_opclass_fast"
 
-// A tuning table's test, (place, {dtype: (low, high)}) (install/tuning.py, native_test): whether
-// the Tensor at place (the spec made it one) has a numel in [low, high) for its dtype. 1, 0, -1.
+// A tuning table's test, (places, {dtype: (low, high)}) (install/tuning.py, native_test): the
+// call's bucket, the dtype of the first floating Tensor at places (else of the first) and the
+// largest numel, is in the table where that numel is in [low, high) for that dtype (the spec made
+// each place a Tensor). 1, 0, or -1 with an error set.
 int in_bucket(PyObject* test, PyObject* const* args) {
-  const at::Tensor& t = THPVariable_Unpack(args[PyLong_AsSsize_t(PyTuple_GET_ITEM(test, 0))]);
-  PyObject* dtype = reinterpret_cast<PyObject*>(torch::getTHPDtype(t.scalar_type()));
-  PyObject* span = PyDict_GetItemWithError(PyTuple_GET_ITEM(test, 1), dtype);
+  PyObject* places = PyTuple_GET_ITEM(test, 0);
+  c10::ScalarType dtype = c10::ScalarType::Undefined;
+  bool floating = false;
+  long long numel = 0;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(places); ++i) {
+    const at::Tensor& t = THPVariable_Unpack(args[PyLong_AsSsize_t(PyTuple_GET_ITEM(places, i))]);
+    if (!floating && (i == 0 || at::isFloatingType(t.scalar_type()))) {
+      dtype = t.scalar_type();
+      floating = at::isFloatingType(dtype);
+    }
+    numel = std::max(numel, static_cast<long long>(t.numel()));
+  }
+  PyObject* span = PyDict_GetItemWithError(PyTuple_GET_ITEM(test, 1), reinterpret_cast<PyObject*>(torch::getTHPDtype(dtype)));
   if (span == nullptr) {
     return PyErr_Occurred() ? -1 : 0;
   }
-  long long numel = static_cast<long long>(t.numel());
   return PyLong_AsLongLong(PyTuple_GET_ITEM(span, 0)) <= numel && numel < PyLong_AsLongLong(PyTuple_GET_ITEM(span, 1)) ? 1 : 0;
 }
 

@@ -182,16 +182,17 @@ def in_front(tuned: Tuning, candidates: Sequence[Any], arguments: Arguments) -> 
     return front, tests
 
 
-def native_test(sizes: Sequence[int], arguments: Arguments, within: frozenset[Bucket]) -> tuple[int, dict[torch.dtype, tuple[int, int]]] | None:
+def native_test(sizes: Sequence[int], arguments: Arguments, within: frozenset[Bucket]) -> tuple[tuple[int, ...], dict[torch.dtype, tuple[int, int]]] | None:
     """What the C entry tests instead of calling ``bucket_function(sizes, arguments, within)``:
-    ``(place, {dtype: (low, high)})``, the call's Tensor at ``place`` in a bucket where its numel
-    is in ``[low, high)`` for its dtype; ``None`` where that form does not apply (the op's only
-    Tensor argument is not one positional Tensor, or a dtype's size classes are not contiguous)."""
+    ``(places, {dtype: (low, high)})``, the call's bucket (the dtype of the first floating Tensor
+    at ``places``, else of the first; the largest numel) in ``within`` where that numel is in
+    ``[low, high)`` for that dtype; ``None`` where that form does not apply (a Tensor argument that
+    is optional, a list or keyword-only, or a dtype's size classes that are not contiguous)."""
     holding = [a for a in arguments if a.holds_tensor]
     spans = _spans(tuple(sorted(sizes)), within)
-    if spans is None or len(holding) != 1 or holding[0].jit != "Tensor" or holding[0].keyword_only:
+    if spans is None or not holding or any(a.jit != "Tensor" or a.keyword_only for a in holding):
         return None
-    return holding[0].index, {d: (int(low), int(min(high, _NUMEL_MAX))) for d, (low, high) in spans.items()}
+    return tuple(a.index for a in holding), {d: (int(low), int(min(high, _NUMEL_MAX))) for d, (low, high) in spans.items()}
 
 
 _NUMEL_MAX = 2**63 - 1
