@@ -6,9 +6,9 @@ back (``opclass.load_tuning``, ``OPCLASS_TUNING``), and refused where any of tho
 
 Example:
     >>> import torch
-    >>> from opclass.install.tuning import bucket_text, size_class
-    >>> size_class((4096, 1 << 20), 5000), bucket_text((torch.float16, 2))
-    (1, '(float16, 2)')
+    >>> from opclass.install.tuning import bucket_text
+    >>> bucket_text((torch.float16, 2))
+    '(float16, 2)'
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import torch
 if TYPE_CHECKING:
     from opclass.define.arguments import Arguments
 
-__all__ = ["in_front", "native_test", "Tuning", "Bucket", "bucket_function", "bucket_text", "size_class", "midpoints", "source_hash", "device_name", "refusal", "read"]
+__all__ = ["in_front", "native_test", "Tuning", "Bucket", "bucket_function", "bucket_text", "midpoints", "source_hash", "device_name", "refusal", "read"]
 
 #: A call's bucket: the dtype of its first floating Tensor argument (else its first Tensor's),
 #: and the size class of its largest Tensor argument.
@@ -91,11 +91,6 @@ def bucket_text(bucket: Bucket) -> str:
     return f"({_dtype_name(bucket[0])}, {bucket[1]})"
 
 
-def size_class(sizes: Sequence[int], numel: int) -> int:
-    """The size class of ``numel``: how many of the sorted boundaries ``sizes`` are at most it."""
-    return bisect.bisect_right(sizes, numel)
-
-
 def midpoints(numels: Iterable[int]) -> tuple[int, ...]:
     """Boundaries between the distinct ``numels``: their geometric midpoints (each above the smaller
     numel, at most the larger), so each numel gets a size class of its own.
@@ -112,8 +107,7 @@ def bucket_function(sizes: Sequence[int], arguments: Arguments, within: frozense
     """``bucket(*args, **kwargs)``: the bucket of a call of an op with these arguments, called as
     predicates are (positional arguments by place, defaults filled in; keyword-only ones by name);
     ``None`` for a call without Tensors. With ``within``: whether the bucket is one of those, the
-    predicate a table's choice runs on every call (one Python call: an op whose only Tensor
-    argument is one positional Tensor gets a closure that reads its dtype and size once each).
+    predicate a table's choice runs where the C entry does not test it (:func:`native_test`).
 
     Example:
         >>> import torch, opclass
@@ -127,36 +121,14 @@ def bucket_function(sizes: Sequence[int], arguments: Arguments, within: frozense
         False
         >>> opclass.remove(DocsBucket)
     """
-    bounds, cut = tuple(sorted(sizes)), bisect.bisect_right
-    holding = [a for a in arguments if a.holds_tensor]
-    if len(holding) == 1 and holding[0].jit == "Tensor" and not holding[0].keyword_only:
-        place = holding[0].index
-
-        def one(*args: Any, **kwargs: Any) -> Bucket:
-            t = args[place]
-            return t.dtype, cut(bounds, t.numel())
-
-        def one_within(*args: Any, **kwargs: Any) -> bool:
-            t = args[place]
-            return (t.dtype, cut(bounds, t.numel())) in within  # type: ignore[operator]
-
-        spans = _spans(bounds, within or frozenset())
-
-        def one_span(*args: Any, **kwargs: Any) -> bool:
-            # The same answer as one_within where each dtype's size classes are contiguous (as a
-            # table's usually are): no bisect, no tuple to hash (a tenth of a microsecond per call).
-            t = args[place]
-            low, high = spans.get(t.dtype, (1, 0))  # type: ignore[union-attr]  # not None here
-            return bool(low <= t.numel() < high)
-
-        return one if within is None else one_span if spans is not None else one_within
+    bounds = tuple(sorted(sizes))
 
     def bucket(*args: Any, **kwargs: Any) -> Bucket | None:
         found = list(arguments.tensors(args, kwargs))
         if not found:
             return None
         first = next((t for t in found if t.is_floating_point()), found[0])
-        return first.dtype, cut(bounds, max(t.numel() for t in found))
+        return first.dtype, bisect.bisect_right(bounds, max(t.numel() for t in found))
 
     return bucket if within is None else lambda *args, **kwargs: bucket(*args, **kwargs) in within
 
