@@ -24,7 +24,7 @@ from opclass.lifecycle import remove as remove, remove_namespace as remove_names
 from opclass.builtin_hooks.providers import provider as provider
 from opclass.providers import add_provider as add_provider, explain_providers as explain_providers, remove_provider as remove_provider
 from opclass.providers import set_provider_mode as set_provider_mode, set_provider_order as set_provider_order
-from opclass.providers import tune_providers as tune_providers, use_providers as use_providers
-from opclass.providers import Tuning as Tuning, load_tuning as load_tuning
+from opclass.providers import use_providers as use_providers
+from opclass.tune import Tuning as Tuning, load_tuning as load_tuning, tune_providers as tune_providers
 from opclass._plugins import PluginInfo as PluginInfo, load_plugins as load_plugins, plugins as plugins
 from opclass.providers import ProviderInfo as ProviderInfo, provider_order as provider_order, providers_of as providers_of, which_provider as which_provider
