@@ -47,7 +47,9 @@ R = TypeVar("R")
 __all__ = ["add_provider", "remove_provider", "set_provider_order", "set_provider_mode", "use_providers", "explain_providers", "tune_providers", "providers_of", "provider_order", "which_provider", "ProviderInfo"]
 
 
-def _record(op: Any) -> records.OpRecord:
+def live_record(op: Any) -> records.OpRecord:
+    """The live record of ``op`` (its class or ``"ns::op"``), else a ``TypeError``; the deployment
+    variables checked first (a change after import is an error)."""
     state.check_env()
     qualname = op if isinstance(op, str) else getattr(op, "qualname", None)
     record = records.lookup(qualname) if isinstance(qualname, str) else None
@@ -58,7 +60,7 @@ def _record(op: Any) -> records.OpRecord:
 
 def _table(op: Any) -> KernelTable:
     with records.LOCK:  # a redefinition in another thread installs its table whole, under the lock
-        record = _record(op)
+        record = live_record(op)
         if not record.table.has_providers:
             raise ValueError(f"{record.qualname} ({record.cls_name}) has no providers: declare some with @opclass.provider, or opclass.add_provider")
         return record.table
@@ -118,7 +120,7 @@ def add_provider(
     """
     lazy = Lazy(fn) if isinstance(fn, str) else None
     state.check_env()
-    record = None if isinstance(op, str) and "::" in op and records.lookup(op) is None else _record(op)
+    record = None if isinstance(op, str) and "::" in op and records.lookup(op) is None else live_record(op)
     qualname = record.qualname if record is not None else str(op)
     if record is None and lazy is None:
         fix = "define the op first (import the module that defines it), or give the provider as a string 'module:function', imported when it is first chosen"
@@ -153,7 +155,7 @@ def remove_provider(op: Any, name: str) -> None:
     if isinstance(op, str) and records.lookup(op) is None and name in hook.added(op):  # added before the op's class
         hook.take(op, name)
         return
-    record = _record(op)
+    record = live_record(op)
     if state.source(record.qualname) == "opclass.use_providers" and name in state.current().orders[record.qualname]:
         raise ValueError(f"opclass.remove_provider: a use_providers block open here names {name!r} for {record.qualname}: remove it after the block")
     with records.LOCK:
@@ -163,12 +165,14 @@ def remove_provider(op: Any, name: str) -> None:
         order = state.global_state().orders.get(record.qualname)
         if order is not None and name in order and record.qualname not in state.ENV_STATE.orders:
             state.set_order(record.qualname, tuple(n for n in order if n != name) or None)
-            _refresh_all()
+            refresh_all()
             now = ", ".join(state.global_state().orders.get(record.qualname, ())) or "the declaration's"
             warnings.warn(f"opclass.remove_provider: the order set for {record.qualname} named {name!r}; it now is {now}", UserWarning, stacklevel=2)
 
 
-def _refresh_all() -> None:
+def refresh_all() -> None:
+    """Compile every live op's choice again (the process-wide orders, mode, tables or platform
+    facts changed); a traced traceable op whose choice moved warns (see the message)."""
     with records.LOCK:
         for record in records.live_records():
             table = record.table
@@ -206,13 +210,13 @@ def set_provider_order(op: Any, names: Sequence[str | EllipsisType] | None) -> N
         >>> opclass.remove(DocsOrder)
     """
     if names is None:  # whatever the op has now, and whether it is live
-        state.set_order(op if isinstance(op, str) else _record(op).qualname, None)
+        state.set_order(op if isinstance(op, str) else live_record(op).qualname, None)
     else:
         table = _table(op)
         state.set_order(table.qualname, table.check_order(names, "opclass.set_provider_order"))
         if table.qualname in state.ENV_STATE.orders:
             warnings.warn(f"opclass.set_provider_order: {state.ENV} gives the order of {table.qualname}, which comes first: this one applies only once that is unset (in a new process)", UserWarning, stacklevel=2)
-    _refresh_all()
+    refresh_all()
 
 
 def set_provider_mode(*, batch_invariant: bool = False, deterministic: bool = False, reference: bool = False) -> None:
@@ -227,7 +231,7 @@ def set_provider_mode(*, batch_invariant: bool = False, deterministic: bool = Fa
         >>> opclass.set_provider_mode()
     """
     state.set_mode(_mode(batch_invariant, deterministic, reference))
-    _refresh_all()
+    refresh_all()
 
 
 def _mode(*on: bool) -> frozenset[str]:
@@ -258,7 +262,7 @@ def explain_providers(op: Any, *args: Any, **kwargs: Any) -> str:
     not (a provider given as ``"module:function"`` is imported when the choice reaches it, as the
     call would); with no arguments, the providers and their order, with where those added from
     outside came from (importing nothing). Example: in the :mod:`opclass.providers` docstring."""
-    record = _record(op)
+    record = live_record(op)
     table = record.table
     if not table.has_providers:
         return f"{record.qualname} has no providers: its own kernels run ({', '.join(f'{e.name} ({e.runs_where})' for e in table.entries)})"
@@ -298,7 +302,7 @@ def which_provider(op: Any, *args: Any, **kwargs: Any) -> str | None:
         'default'
         >>> opclass.remove(DocsWhich)
     """
-    record = _record(op)
+    record = live_record(op)
     record.signature.bind(*args, **kwargs)
     device = record.arguments.device_of(args, kwargs)
     table = record.table
@@ -356,7 +360,7 @@ def providers_of(op: Any) -> list[ProviderInfo]:
         ('fast', 'default')
         >>> opclass.remove(DocsListed)
     """
-    record = _record(op)
+    record = live_record(op)
     table = record.table
     ranked = table.ranked(state.current()) if table.has_providers else table.entries
     listed = []
@@ -372,5 +376,5 @@ def provider_order(op: Any, device: str | None = None) -> tuple[str, ...]:
     ``OPCLASS_PROVIDERS``', else :func:`set_provider_order`'s, else the op's ``provider_orders``
     for the device's platform, else the declaration's (providers, then the op's own kernels),
     ``...`` resolved. Example: in :func:`providers_of`."""
-    record = _record(op)
+    record = live_record(op)
     return tuple(e.name for e in record.table.ranked(state.current(), device))

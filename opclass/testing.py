@@ -24,7 +24,7 @@ from opclass.install import orders
 from opclass.install.fake import has_fake_kernel
 from opclass.install.record import OpRecord
 from opclass.install.table import Entry
-from opclass.providers import _refresh_all as refresh_all
+from opclass.providers import refresh_all
 
 if TYPE_CHECKING:
     import pytest
@@ -313,8 +313,8 @@ def check_op(
             double-precision copies of the sample's floating-point Tensors, differentiating
             those with ``requires_grad=True`` (if none has it: every positional one); samples
             without floating-point Tensors are skipped. A dict instead of ``True``: gradcheck's
-            options (``{"atol": 1e-3, "rtol": 1e-3}`` for an op that computes in float32 by
-            spec, whatever its inputs' dtype).
+            options (``{"eps": 1e-3, "atol": 1e-2, "rtol": 1e-2}`` for an op that computes
+            in float32 by spec, whatever its inputs' dtype).
         reference: when the op has a ``reference`` (what ``opclass.decompositions`` decomposes
             it into), compare its result with the op's (``torch.testing.assert_close``, with the
             ``atol``/``rtol`` of the op's own kernel, ``@opclass.provider(atol=...)`` on

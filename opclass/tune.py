@@ -20,7 +20,7 @@ from opclass.builtin_hooks import debug
 from opclass.install import orders as state
 from opclass.install import record as records
 from opclass.install.tuning import Bucket, Tuning, bucket_function, bucket_text, device_name, midpoints, read, refusal, source_hash
-from opclass.providers import _record, _refresh_all, explain_providers
+from opclass.providers import live_record, refresh_all, explain_providers
 
 __all__ = ["tune_providers", "load_tuning", "Tuning"]
 
@@ -56,7 +56,7 @@ def tune_providers(
     """
     import torch.utils.benchmark as bench
 
-    record = _record(op)
+    record = live_record(op)
     table = record.table
     if not table.has_providers:
         if show:
@@ -175,5 +175,5 @@ def load_tuning(path: str | os.PathLike[str]) -> list[Tuning]:
             state.set_tuned(t.op, t)
             if t.op in state.ENV_STATE.tuned:
                 warnings.warn(f"opclass.load_tuning: {state.TUNING_ENV} gives the tuning table of {t.op}, which comes first: this one applies only once that is unset (in a new process)", UserWarning, stacklevel=2)
-        _refresh_all()
+        refresh_all()
     return found
