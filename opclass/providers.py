@@ -38,7 +38,9 @@ from opclass.define.hookspec import ADDED_BY, OPTIONAL
 from opclass.install import orders as state
 from opclass.install import record as records
 from opclass.install.lazy import Lazy
-from opclass.install.table import MARK, KernelTable, describe_call
+from opclass.install.explain import describe_call
+from opclass.install.options import MARK
+from opclass.install.table import KernelTable
 from opclass.install.tuning import bucket_text, refusal
 
 P = ParamSpec("P")

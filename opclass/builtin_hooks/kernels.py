@@ -23,7 +23,8 @@ from opclass.builtin_hooks.providers import check_predicates
 from opclass.install.existing import fake_keys
 from opclass.install.fake import needs_real_data, no_fake, register_fake
 from opclass.install.record import OpRecord
-from opclass.install.table import Options, options_of, slot_key
+from opclass.install.options import Options, options_of
+from opclass.install.table import slot_key
 
 __all__ = ["device_hook", "abstract_hook", "composite_hook", "autograd_hook"]
 

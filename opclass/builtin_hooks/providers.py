@@ -44,7 +44,8 @@ from opclass.define.hookspec import MEMBER_OF, Hook, HookContext
 from opclass.errors import did_you_mean
 from opclass.install import orders
 from opclass.install.record import OpRecord
-from opclass.install.table import MARK, Options, options_of, slot_key
+from opclass.install.options import MARK, Options, options_of
+from opclass.install.table import slot_key
 
 __all__ = ["HOOK", "provider", "providers_hook", "provider_orders_hook", "options_of", "add", "take", "added", "check_predicates"]
 

@@ -9,11 +9,14 @@ generated call, the C entry and ``torch.ops`` agree.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import torch
 
 from opclass.core.types import BY_SCHEMA, element_of, items_of, optional_of, returns_of
+
+if TYPE_CHECKING:
+    from opclass.install.record import OpRecord
 
 _WANT = {"Tensor": "a Tensor", "float": "a float", "int": "an int", "bool": "a bool", "Number": "a number", "str": "a str"}
 _NUMBERS = (bool, int, float, complex)
@@ -161,3 +164,18 @@ def explain(where: str, schema: torch._C.FunctionSchema, result: Any, accepts: C
     if not path:
         return f"{where} returned {describe_value(value)}, but the op returns {_want(kind)} ({promised}): {fix}"
     return f"{where} returned {describe_value(result)} whose item {path} is {describe_value(value)}, but {_want(kind)} belongs there ({promised}): {fix}"
+
+
+def describe_call(record: OpRecord, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    """``x: Tensor(float16, [4, 64], cuda:0), eps: 1e-06``: a call's arguments (defaults filled
+    in, so every route says the same), metadata only."""
+
+    def show(v: Any) -> str:
+        if isinstance(v, torch.Tensor):
+            return f"Tensor({str(v.dtype).removeprefix('torch.')}, {list(v.shape)}, {v.device}{'' if v.is_contiguous() else ', not contiguous'})"
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(show(e) for e in v) + "]"
+        return repr(v)
+
+    values = record.arguments.values(*record.arguments.complete(args, kwargs))
+    return ", ".join(f"{a.name}: {show(v)}" for a, v in zip(record.arguments, values))

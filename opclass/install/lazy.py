@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import functools
 import importlib
-from typing import TYPE_CHECKING, Any, Callable
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from opclass.define.schema import annotated, annotation_problem, kernel_signature_problem
 from opclass.errors import first_line
@@ -67,3 +68,27 @@ class Lazy:
 
     def __repr__(self) -> str:
         return f"Lazy({self.target!r})"
+
+    def settle(self, entry: Any, declared: Any, loaded: Sequence[Callable[[OpRecord], object]]) -> None:
+        """Load the kernel a pending kernel-table ``entry`` stands for, checked against its op's
+        signature; a failure makes the entry unavailable for good. Then the op's choices are
+        compiled again (``loaded``), without the predicate that loaded it."""
+        record = entry.table.record
+        fn, why = self.load(record)
+        with _SETTLING:
+            if not entry.pending:  # another thread loaded it
+                return
+            if why:
+                entry._available = (False, why)  # its predicate stays: a choice compiled before declines it
+            else:
+                entry.options = declared
+                if getattr(entry.fn, "__code__", None) is self.stub.__code__ and fn is not None:  # no wrapper around the stub
+                    entry.fn = entry.raw = fn
+                    entry.checked = record.outputs.checked(entry.where, fn)
+            entry.pending = False
+        entry.table._memo.clear()  # the choices compiled with its predicate
+        for callback in loaded:
+            callback(record)
+
+
+_SETTLING = threading.Lock()

@@ -21,7 +21,7 @@ from opclass.core.names import DEVICE_TYPES
 from opclass.errors import did_you_mean
 from opclass.install.tuning import Tuning, read as read_tuning
 
-__all__ = ["ENV", "MODE_ENV", "FLAGS", "MODES", "REST", "Facts", "facts", "set_facts", "facts_set", "platform", "device_type", "outside", "PLATFORMS", "State", "Block", "BLOCK", "global_state", "current", "set_order", "set_mode", "block", "ENV_STATE", "version", "source", "check_env", "near_misses", "repeated", "TUNING_ENV", "set_tuned", "PLUGINS_ENV", "DISABLED_PLUGINS"]
+__all__ = ["ENV", "MODE_ENV", "FLAGS", "MODES", "REST", "Facts", "facts", "set_facts", "facts_set", "platform", "device_type", "outside", "PLATFORMS", "State", "Block", "BLOCK", "global_state", "current", "set_order", "set_mode", "block", "ENV_STATE", "version", "source", "check_env", "near_misses", "repeated", "check", "TUNING_ENV", "set_tuned", "PLUGINS_ENV", "DISABLED_PLUGINS"]
 
 ENV, MODE_ENV = "OPCLASS_PROVIDERS", "OPCLASS_PROVIDER_MODE"
 #: The deployment's tuning tables: a JSON file of ``Tuning.save``.
@@ -141,6 +141,25 @@ def _parse_env(raw: str, raw_mode: str) -> tuple[dict[str, tuple[str, ...]], fro
     if mode - set(MODES):
         raise ValueError(f"{MODE_ENV}={raw_mode!r}: {', '.join(sorted(mode - set(MODES)))} is no mode; the modes are {', '.join(MODES)}")
     return orders, mode
+
+
+def check(names: Any, known: list[str], qualname: str, source: str) -> tuple[str, ...]:
+    """An order given in code (``source`` names where) for ``qualname``, whose kernels are
+    ``known``, as a tuple; a ``TypeError`` / ``ValueError`` says what is wrong with it."""
+    if isinstance(names, str):
+        raise TypeError(f"{source} takes the provider names of {qualname} as a list, not the string {names!r}: write [{names!r}]")
+    order: tuple[Any, ...] = tuple(REST if n is ... else n for n in names)
+    if not order or order == (REST,):
+        raise ValueError(f"{source}: an empty order for {qualname} would run nothing: name its providers, or pass None for the declaration's order")
+    if (twice := repeated(order)) is not None:
+        raise ValueError(f"{source} names provider {twice!r} twice for {qualname}: name each once")
+    for name in order:
+        if not isinstance(name, str):
+            raise TypeError(f"{source}: {name!r} in the order of {qualname} is no provider name (str); it has {', '.join(known)}")
+        if name not in known and name != REST:
+            guess = did_you_mean(name, known)
+            raise ValueError(f"{source} names provider {name!r} for {qualname}, which has {', '.join(known)}" + (f": did you mean {guess!r}?" if guess else ""))
+    return order
 
 
 def repeated(names: tuple[str, ...]) -> str | None:

@@ -22,67 +22,27 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import threading
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn, Sequence
 
 import torch
 from torch import _C
-from torch.utils._pytree import tree_leaves
 
 from opclass.core.shield import shield
 from opclass.errors import did_you_mean, first_line, definition_error
 from opclass.install import orders
-from opclass.install.lazy import Lazy
-from opclass.install.tuning import Bucket, Tuning, bucket_function, bucket_text, in_front, refusal
+from opclass.install.explain import describe_call
+from opclass.install.options import Options
+from opclass.install.tuning import Bucket, Tuning, bucket_function, explained, in_front, refusal
 from opclass.install.outputs import output_is_fresh
 
 if TYPE_CHECKING:
     from opclass.install.record import OpRecord
 
-__all__ = ["Options", "Entry", "Kernel", "Choice", "KernelTable", "options_of", "MARK", "describe_call", "slot_key"]
+__all__ = ["Entry", "Kernel", "Choice", "KernelTable", "slot_key"]
 
-#: The attribute ``opclass.provider`` sets on a function: its :class:`Options`.
-MARK = "__opclass_provider__"
 _COMPOSITE = "CompositeExplicitAutograd"
 #: What ``available()`` raises when the provider cannot run here (anything else is a bug in it).
 UNAVAILABLE = (ImportError, OSError, RuntimeError)
-
-
-@dataclasses.dataclass(frozen=True)
-class Options:
-    """What a kernel declares beside its function (``opclass.provider``'s arguments)."""
-
-    devices: tuple[str, ...] | None
-    supports: Callable[..., bool] | None = None
-    available: Callable[[], bool] | None = None
-    batch_invariant: bool = False
-    deterministic: bool = False
-    #: One value, or one per dtype (``{torch.float16: 1e-2, torch.float32: 1e-5}``).
-    atol: float | Mapping[torch.dtype, float] | None = None
-    rtol: float | Mapping[torch.dtype, float] | None = None
-    #: The platform it needs within its device type (``"rocm"``: a HIP build's ``cuda``).
-    platform: str | None = None
-    #: The CUDA compute capabilities it runs on, ``(lowest, highest)``, both included (``None``: open).
-    capability: tuple[tuple[int, int] | None, tuple[int, int] | None] | None = None
-    #: A provider named by ``"module:attr"`` (``opclass.add_provider`` with a string): loaded when first chosen.
-    lazy: Lazy | None = None
-    #: Where a provider added from outside its class came from (``""``: the class body, or an own kernel).
-    origin: str = ""
-
-    def flags(self) -> frozenset[str]:
-        return frozenset(f for f in orders.FLAGS if getattr(self, f))
-
-    def tolerances(self, values: Any = ()) -> tuple[float | None, float | None]:
-        """``(atol, rtol)`` for ``torch.testing.assert_close`` of ``values`` (per dtype: that of
-        their first floating Tensor): both ``None`` (its defaults), or both set."""
-        dtype = next((t.dtype for t in tree_leaves(values) if isinstance(t, torch.Tensor) and t.is_floating_point()), None)
-        atol, rtol = ((v.get(dtype) if dtype else None) if isinstance(v, Mapping) else v for v in (self.atol, self.rtol))
-        return (None, None) if atol is None and rtol is None else (atol or 0.0, rtol or 0.0)
-
-
-def options_of(fn: Any) -> Options | None:
-    """The options ``opclass.provider`` marked ``fn`` with, if any."""
-    return getattr(fn, MARK, None)
 
 
 @dataclasses.dataclass(eq=False)
@@ -115,7 +75,7 @@ class Entry:
         if self.pending and self.declared is not None:
             if not load:
                 return True, ""
-            self._load(self.declared)
+            self.declared.lazy.settle(self, self.declared, LOADED)  # type: ignore[union-attr]  # lazy where pending
         if self._available is None:
             check, why, record = self.options.available, "available() returned False", self.table.record
             try:
@@ -137,28 +97,6 @@ class Entry:
             return False
         own = self.options.supports
         return True if own is None else own(*args, **kwargs)
-
-    def _load(self, declared: Options) -> None:
-        """Import a lazy provider and check it against the op's signature (as class creation checks
-        an unannotated or partly annotated kernel); a failure makes it unavailable for good. Then the
-        op's choices are compiled again, without this predicate (``LOADED``)."""
-        assert declared.lazy is not None
-        record = self.table.record
-        fn, why = declared.lazy.load(record)
-        with _LOADING:
-            if not self.pending:  # another thread loaded it
-                return
-            if why:
-                self._available = (False, why)  # its predicate stays: a choice compiled before declines it
-            else:
-                self.options = declared
-                if getattr(self.fn, "__code__", None) is declared.lazy.stub.__code__ and fn is not None:  # no wrapper around the stub
-                    self.fn = self.raw = fn
-                    self.checked = record.outputs.checked(self.where, fn)
-            self.pending = False
-        self.table._memo.clear()  # the choices compiled with its predicate
-        for loaded in LOADED:
-            loaded(record)
 
     @property
     def came_from(self) -> list[str]:
@@ -297,16 +235,9 @@ class Choice:
         blocked = f"the order names {', '.join(map(repr, self.missing))}, which the op does not have" if self.missing else "an earlier provider runs"
         why_not = {e: e.declined() if e in declined else blocked for e, why in self.reasons if why is None}
         runs = None
-        if self.tuned is not None and chosen is not None:
-            # The table's candidates are copies of the entries: say it by name.
+        if self.tuned is not None and chosen is not None:  # the table's candidates are copies: named by name
             full = self._complete(args, kwargs)
-            bucket = self.bucket(*full[0], **full[1])
-            picked = None if bucket is None else self.tuned.choices.get(bucket)
-            notes = {name: "the tuning table chooses another for this bucket" for name in self.tuned.choices.values() if picked is not None}
-            if picked is not None and picked != chosen.name:
-                notes[picked] = "supports() returned False"  # the table's choice declines the call
-            if bucket is not None:
-                runs = f"runs (tuning table: bucket {bucket_text(bucket)} → {picked})" if picked == chosen.name else None if picked else f"runs (bucket {bucket_text(bucket)} is not in the tuning table)"
+            runs, notes = explained(self.tuned, self.bucket(*full[0], **full[1]), chosen.name)
             why_not.update((e, notes[e.name]) for e, why in self.reasons if why is None and e.name in notes)
         name = None if chosen is None else chosen.name
         return [(e, runs if e.name == name else why_not.get(e, why)) for e, why in self.reasons]
@@ -320,7 +251,6 @@ def not_bool(e: Entry, said: object) -> NoReturn:
 
 _PROFILING = _C._autograd._profiler_enabled
 _FRESH = output_is_fresh()
-_LOADING = threading.Lock()
 #: Called with the op's record after one of its lazy providers loaded: ``opclass.lifecycle``
 #: compiles the op's choices again (this layer cannot call up).
 LOADED: list[Callable[[OpRecord], None]] = []
@@ -474,22 +404,8 @@ class KernelTable:
         return [e for n in (*order[:at], *rest, *order[at + 1 :]) for e in self.entries if e.name == n]
 
     def check_order(self, names: Sequence[Any], source: str) -> tuple[str, ...]:
-        """``names``, as a tuple, where they are all this op's providers, else a ``ValueError`` says which is not."""
-        if isinstance(names, str):
-            raise TypeError(f"{source} takes the provider names of {self.qualname} as a list, not the string {names!r}: write [{names!r}]")
-        names = tuple(orders.REST if n is ... else n for n in names)
-        if not names or names == (orders.REST,):
-            raise ValueError(f"{source}: an empty order for {self.qualname} would run nothing: name its providers, or pass None for the declaration's order")
-        known = [e.name for e in self.entries]
-        if (twice := orders.repeated(names)) is not None:
-            raise ValueError(f"{source} names provider {twice!r} twice for {self.qualname}: name each once")
-        for name in names:
-            if not isinstance(name, str):
-                raise TypeError(f"{source}: {name!r} in the order of {self.qualname} is no provider name (str); it has {', '.join(known)}")
-            if name not in known and name != orders.REST:
-                guess = did_you_mean(name, known)
-                raise ValueError(f"{source} names provider {name!r} for {self.qualname}, which has {', '.join(known)}" + (f": did you mean {guess!r}?" if guess else ""))
-        return names
+        """``names``, as a tuple, where they are all this op's providers (:func:`orders.check`)."""
+        return orders.check(names, [e.name for e in self.entries], self.qualname, source)
 
     def shown(self) -> str:
         """``providers: a (cpu; supports()), b (any device)``: the order in force, for ``repr(record)``."""
@@ -505,18 +421,3 @@ class KernelTable:
 def slot_key(slot: str | None) -> str:
     """The dispatch key of a slot (``None``: every device type)."""
     return _COMPOSITE if slot is None else _C._dispatch_key_for_device(slot)
-
-
-def describe_call(record: OpRecord, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
-    """``x: Tensor(float16, [4, 64], cuda:0), eps: 1e-06``: a call's arguments (defaults filled
-    in, so every route says the same), metadata only."""
-
-    def show(v: Any) -> str:
-        if isinstance(v, torch.Tensor):
-            return f"Tensor({str(v.dtype).removeprefix('torch.')}, {list(v.shape)}, {v.device}{'' if v.is_contiguous() else ', not contiguous'})"
-        if isinstance(v, (list, tuple)):
-            return "[" + ", ".join(show(e) for e in v) + "]"
-        return repr(v)
-
-    values = record.arguments.values(*record.arguments.complete(args, kwargs))
-    return ", ".join(f"{a.name}: {show(v)}" for a, v in zip(record.arguments, values))

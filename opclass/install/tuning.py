@@ -32,7 +32,7 @@ import torch
 if TYPE_CHECKING:
     from opclass.define.arguments import Arguments
 
-__all__ = ["in_front", "native_test", "Tuning", "Bucket", "bucket_function", "bucket_text", "midpoints", "source_hash", "device_name", "refusal", "read"]
+__all__ = ["explained", "in_front", "native_test", "Tuning", "Bucket", "bucket_function", "bucket_text", "midpoints", "source_hash", "device_name", "refusal", "read"]
 
 #: A call's bucket: the dtype of its first floating Tensor argument (else its first Tensor's),
 #: and the size class of its largest Tensor argument.
@@ -131,6 +131,21 @@ def bucket_function(sizes: Sequence[int], arguments: Arguments, within: frozense
         return first.dtype, bisect.bisect_right(bounds, max(t.numel() for t in found))
 
     return bucket if within is None else lambda *args, **kwargs: bucket(*args, **kwargs) in within
+
+
+def explained(tuned: Tuning, bucket: Bucket | None, chosen: str) -> tuple[str | None, dict[str, str]]:
+    """How ``explain_providers`` says a table took part in a call of ``bucket`` that ran
+    ``chosen``: the chosen one's note (``None``: the table had no say) and, by name, the other
+    providers the table names."""
+    picked = None if bucket is None else tuned.choices.get(bucket)
+    notes = {name: "the tuning table chooses another for this bucket" for name in tuned.choices.values() if picked is not None}
+    if picked is not None and picked != chosen:
+        notes[picked] = "supports() returned False"  # the table's choice declines the call
+    if bucket is None:
+        return None, notes
+    if picked is None:
+        return f"runs (bucket {bucket_text(bucket)} is not in the tuning table)", notes
+    return (f"runs (tuning table: bucket {bucket_text(bucket)} → {picked})" if picked == chosen else None), notes
 
 
 def in_front(tuned: Tuning, candidates: Sequence[Any], arguments: Arguments) -> tuple[list[Any], dict[int, Any]]:
