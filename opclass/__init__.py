@@ -18,9 +18,9 @@ if TYPE_CHECKING:
     from ._public import *
 
 __all__ = [
-    "CustomOp", "DEVICE_TYPES", "Hook", "HookContext", "Int", "OpDefinitionError", "OpMeta", "OpRecord", "PluginInfo", "ProviderInfo", "SUPPORTED_TYPES", "SchemaType", "Tuning",
+    "Alias", "CustomOp", "DEVICE_TYPES", "Hook", "HookContext", "Int", "OpDefinitionError", "OpMeta", "OpRecord", "PluginInfo", "ProviderInfo", "SUPPORTED_TYPES", "SchemaType", "Tuning",
     "add_provider", "decompositions", "device_hook", "explain_providers", "guard_backend", "guard_info", "hooks", "load_plugins", "load_tuning", "plugins", "provider", "provider_order", "providers_of", "register_hook",
-    "remove", "remove_namespace", "remove_provider", "set_provider_mode", "set_provider_order", "tune_providers", "unregister_hook", "use_providers", "which_provider",
+    "remove", "remove_namespace", "remove_provider", "set_provider_mode", "set_provider_order", "style", "tune_providers", "unregister_hook", "use_providers", "which_provider",
 ]
 __version__ = "0.1.0"
 

@@ -163,7 +163,9 @@ class CustomOp(metaclass=OpMeta):
     explicit schema string), ``tags`` (``torch.Tag`` or a sequence of them), ``pt2_compliant``
     (``False``: the op gets exactly ``tags``, without ``torch.Tag.pt2_compliant_tag``) and ``existing``
     (``True``: attach the class's hooks to an op defined elsewhere, e.g. in C++; see the guide
-    page "Extending existing ops").
+    page "Extending existing ops"). ``out=True`` and ``inplace=("x", ...)`` give the op an ``.out``
+    overload and an in-place one beside the functional one (see the guide page "Calling
+    conventions"): ``MyOp(x, out=buf)``, ``MyOp.out``, ``MyOp.inplace``.
 
     A class that defines no kernel (``cpu``, ``cuda``, ``default``, ...) and no ``existing=True``
     is an abstract base and registers nothing. Calling an op class calls the op and returns its result.
@@ -218,12 +220,14 @@ class CustomOp(metaclass=OpMeta):
         tags: torch.Tag | Iterable[torch.Tag] | None = None,
         pt2_compliant: bool | None = None,
         existing: bool | None = None,
+        out: bool | None = None,
+        inplace: str | Iterable[str] | None = None,
         **unknown: Never,
     ) -> None:
         # Unknown keywords are definition errors (with a did-you-mean), not forwarded: a mixin
         # that takes class keywords goes before CustomOp in the bases and consumes its own.
         # Typed Never so that type checkers flag them too.
-        given = {"name": name, "namespace": namespace, "mutates_args": mutates_args, "schema": schema, "tags": tags, "pt2_compliant": pt2_compliant, "existing": existing}
+        given = {"name": name, "namespace": namespace, "mutates_args": mutates_args, "schema": schema, "tags": tags, "pt2_compliant": pt2_compliant, "existing": existing, "out": out, "inplace": inplace}
         lifecycle.define(cls, given, unknown)
 
 
@@ -248,5 +252,6 @@ def _stubs() -> None:
 # this module, so the built-in hooks are registered, first, whichever way opclass is entered.
 register_builtin_hooks()
 _stubs()
+lifecycle.ROOT.append(CustomOp)
 # The installed plugins add their providers before the first op class is defined.
 lifecycle.FIRST.append(_plugins.load_plugins)

@@ -14,7 +14,8 @@ from opclass._op import CustomOp as CustomOp, OpMeta as OpMeta
 from opclass.core.names import DEVICE_TYPES as DEVICE_TYPES
 from opclass.core.native import guard_backend as guard_backend, guard_info as guard_info
 from opclass.decompose import decompositions as decompositions
-from opclass.define.annotations import SUPPORTED_TYPES as SUPPORTED_TYPES, Int as Int, SchemaType as SchemaType
+from opclass.define.conventions import style as style
+from opclass.define.annotations import SUPPORTED_TYPES as SUPPORTED_TYPES, Alias as Alias, Int as Int, SchemaType as SchemaType
 from opclass.define.hookspec import Hook as Hook, HookContext as HookContext, hooks as hooks
 from opclass.define.hookspec import register_hook as register_hook, unregister_hook as unregister_hook
 from opclass.errors import OpDefinitionError as OpDefinitionError

@@ -22,6 +22,7 @@ from typing import Any, Callable, MutableMapping
 import torch
 
 from opclass.errors import first_line
+from opclass.install.conventions import copy_out
 from opclass.install.fake import needs_real_data
 from opclass.install.record import OpRecord, live_records, lookup
 
@@ -94,6 +95,8 @@ def _record_of(op: Any) -> OpRecord:
 
 
 def _decomposition(record: OpRecord) -> Callable[..., Any]:
+    if record.convention.kind != "functional" and (base := lookup(record.convention.base)) is not None:
+        return _written_through(record, _decomposition(base))
     if record.decomposes:
         # The body runs before any decomposition table is read (it is a kernel at an Autograd
         # or CompositeImplicitAutograd key): the program holds what the body calls.
@@ -129,4 +132,20 @@ def _decomposition(record: OpRecord) -> Callable[..., Any]:
             ) from e
 
     decomposition.__qualname__ = decomposition.__name__ = f"{cls_name}_{hook}"
+    return decomposition
+
+
+def _written_through(record: OpRecord, functional: Callable[..., Any]) -> Callable[..., Any]:
+    """An ``.out`` or in-place overload's decomposition: the functional op's, its results then
+    written into the out buffers (resized as ``out=`` does) or into the arguments it writes."""
+    outs, aliased = set(record.convention.outs) if record.convention.kind == "out" else set(), record.outputs.aliased
+
+    def decomposition(*args: Any, **kwargs: Any) -> Any:
+        results = functional(*args, **{k: v for k, v in kwargs.items() if k not in outs})
+        written = aliased(args, kwargs, tuple)
+        for w, r in zip(written, results if isinstance(results, tuple) else (results,)):
+            copy_out(r, w, resize=bool(outs))
+        return written[0] if len(written) == 1 else written
+
+    decomposition.__qualname__ = decomposition.__name__ = f"{record.cls_name.replace('.', '_')}_decomposition"
     return decomposition

@@ -26,6 +26,7 @@ from typing import Any, Callable
 from opclass.callpath import classcall
 from opclass.core import memo, native
 from opclass.define.builder import OpBuilder
+from opclass.define.spec import OpSpec
 from opclass.errors import user_stacklevel
 from opclass.install import orders
 from opclass.install import record as records
@@ -41,8 +42,16 @@ __all__ = ["define", "redefine", "refresh", "remove", "remove_namespace", "FIRST
 FIRST: list[Callable[[], object]] = []
 
 
+#: The base class of every op class (``CustomOp``; ``opclass._op`` puts it here): the classes of an
+#: op's other overloads derive from it.
+ROOT: list[type] = []
+_DERIVED = "_opclass_derived"
+
+
 def define(cls: type, given: dict[str, Any], unknown: dict[str, Any]) -> None:
     """A class statement, top to bottom: collect -> validate -> spec -> install -> class call."""
+    if cls.__dict__.get(_DERIVED):  # an overload's class (_sibling_class): its op is installed with the class's
+        return
     orders.check_env()
     while FIRST:
         try:
@@ -59,30 +68,15 @@ def define(cls: type, given: dict[str, Any], unknown: dict[str, Any]) -> None:
             classcall.make_abstract(cls)  # calling it says it is no op
             return
         native.build_in_background(_switch_to_native)
-        # One critical section from the name check to the class call: a thread defining the same
-        # name sees either no op or a complete one.
-        with records.LOCK:
-            check_name(spec)
-            old = records.lookup(spec.qualname)
-            try:
-                # In place where it can be: torch's dispatcher is not safe to write while other
-                # threads call the op, and a class statement run again registers the same kernels.
-                record = install(spec, replacing=old) if in_place(spec, old) else None
-                if record is None:
-                    if old is not None:
-                        records.destroy(old)
-                    record = install(spec)
-            except BaseException:
-                if old is not None:
-                    records.destroy(old)
-                    _restore(old)
-                raise
-            # Armed before it is live: a replaced class's call follows the live record to its class.
-            record.owner = weakref.ref(cls)
-            classcall.arm(record, cls)
-            records.set_live(record)
-            if old is not None and old.owner() is not cls:  # redefine() arms the same class again
-                classcall.retire(old)
+        for sibling in spec.siblings:  # before anything is installed: a name taken outside opclass
+            check_name(sibling)
+        record, old = _install_live(cls, spec)
+        gone = {q for _, q in old.convention.siblings} - {s.qualname for s in spec.siblings} if old is not None else set()
+        for sibling in spec.siblings:
+            _install_live(_sibling_class(cls, sibling), sibling)
+        for qualname in gone:
+            for taken in records.take_live(qualname=qualname):
+                _retire(taken)
     classcall.document(cls, spec)  # signature and docstring
     if old is not None:
         _warn_if_other_owner(old, cls)
@@ -92,6 +86,48 @@ def define(cls: type, given: dict[str, Any], unknown: dict[str, Any]) -> None:
     if tuned is not None and (why := refusal(tuned, {e.name: e.raw for e in record.table.entries})) is not None:
         loaded = orders.TUNING_ENV if spec.qualname in orders.ENV_STATE.tuned else "opclass.load_tuning"
         warnings.warn(f"{loaded}: the tuning table of {spec.qualname} does not fit the op defined here, so it is not used: {why}. Tune it again here: opclass.tune_providers({cls.__name__}, samples).save(path)", UserWarning, stacklevel=user_stacklevel())
+
+
+def _install_live(cls: type, spec: OpSpec) -> tuple[records.OpRecord, records.OpRecord | None]:
+    """Install ``spec`` as the live op of its name, called by ``cls``; returns the install, and the one it replaced."""
+    # One critical section from the name check to the class call: a thread defining the same
+    # name sees either no op or a complete one.
+    with records.LOCK:
+        check_name(spec)
+        old = records.lookup(spec.qualname)
+        try:
+            # In place where it can be: torch's dispatcher is not safe to write while other
+            # threads call the op, and a class statement run again registers the same kernels.
+            record = install(spec, replacing=old) if in_place(spec, old) else None
+            if record is None:
+                if old is not None:
+                    records.destroy(old)
+                record = install(spec)
+        except BaseException:
+            if old is not None:
+                records.destroy(old)
+                _restore(old)
+            raise
+        # Armed before it is live: a replaced class's call follows the live record to its class.
+        record.owner = weakref.ref(cls)
+        classcall.arm(record, cls)
+        records.set_live(record)
+        if old is not None and old.owner() is not cls:  # redefine() arms the same class again
+            classcall.retire(old)
+    if spec.convention.kind != "functional":
+        classcall.document(cls, spec)
+    return record, old
+
+
+def _sibling_class(cls: type, spec: OpSpec) -> type:
+    """The class that calls one of the other overloads of ``cls``'s op (``MyOp.out``), kept across redefinitions."""
+    kind = spec.convention.kind
+    found = cls.__dict__.get(kind)
+    if not (isinstance(found, type) and found.__dict__.get(_DERIVED)):
+        namespace = {_DERIVED: True, "__module__": cls.__module__, "__qualname__": f"{cls.__qualname__}.{kind}", "__doc__": f"The {kind} overload of {cls.__qualname__}."}
+        found = type(cls)(kind, (ROOT[0],), namespace)
+        setattr(cls, kind, found)
+    return found
 
 
 def _restore(old: records.OpRecord) -> None:
@@ -109,6 +145,8 @@ def redefine(record: records.OpRecord, undo: Callable[[], object] = lambda: None
     """Define the class of ``record`` again, as its class statement did (what is added to an op
     from outside its class, such as a provider, takes effect): validated anew, installed anew;
     if anything fails, ``undo()`` takes back what was added and the op stays as it was."""
+    if record.convention.kind != "functional":  # an overload of another class statement's op
+        record = records.lookup(record.convention.base) or record
     try:
         cls = record.owner()
         if cls is None:
@@ -158,6 +196,9 @@ def remove(op: Any) -> None:
     with records.LOCK:
         for record in records.take_live(qualname=qualname):
             _retire(record)
+            for _, sibling in record.convention.siblings:
+                for taken in records.take_live(qualname=sibling):
+                    _retire(taken)
 
 
 def _retire(record: records.OpRecord) -> None:

@@ -21,10 +21,10 @@ from typing import Any, Callable
 
 from mypy.errorcodes import ARG_TYPE, CALL_ARG
 from mypy.nodes import ARG_NAMED, ARG_NAMED_OPT, ARG_OPT, ARG_POS, Argument, BytesExpr, ComplexExpr, Decorator, EllipsisExpr, FloatExpr, IntExpr, NameExpr
-from mypy.nodes import StrExpr, TypeInfo, Var
+from mypy.nodes import CallExpr, RefExpr, StrExpr, TypeInfo, Var
 from mypy.messages import pretty_callable
 from mypy.plugin import ClassDefContext, FunctionContext, FunctionSigContext, Plugin, SemanticAnalyzerPluginInterface
-from mypy.plugins.common import add_method_to_class
+from mypy.plugins.common import add_attribute_to_class, add_method_to_class
 from mypy.semanal_shared import has_placeholder
 from mypy.subtypes import is_subtype
 from mypy.types import AnyType, CallableType, FunctionLike, NoneType, TupleType, Type, TypeOfAny, TypeType, UnionType, get_proper_type
@@ -35,6 +35,7 @@ from opclass.core.names import CLASS_KEYWORDS, HOOK_KINDS
 __all__ = ["plugin", "OpclassPlugin"]
 
 _CUSTOM_OP = "opclass._op.CustomOp"
+_STYLE = ("opclass.style", "opclass.define.conventions.style", "opclass._public.style")
 _META = "opclass"  # key in TypeInfo.metadata, which mypy's cache keeps
 # Built-in kernel hooks, in the order the signature is looked for (all must agree at runtime).
 _KERNELS = tuple(name for name, kind in HOOK_KINDS.items() if kind in ("backend", "kernel"))
@@ -101,6 +102,16 @@ def _add_signature(ctx: ClassDefContext) -> None:
         Argument(Var(name or f"__arg{i}", typ), typ, EllipsisExpr() if kind.is_optional() else None, kind)
         for i, (name, typ, kind) in enumerate(zip(sig.arg_names, sig.arg_types, sig.arg_kinds))
     ]
+    for kind in ("out", "inplace"):  # out=True, inplace=(...): MyOp.out, MyOp.inplace call those overloads
+        if kind in ctx.cls.keywords:
+            add_attribute_to_class(ctx.api, ctx.cls, kind, AnyType(TypeOfAny.special_form))
+    given = ctx.cls.keywords.get("out")
+    if isinstance(given, NameExpr) and given.fullname == "builtins.True":
+        # MyOp(x, out=buf): one optional keyword per output, named as the .out overload names them.
+        ret = get_proper_type(sig.ret_type)
+        outputs = ret.items if isinstance(ret, TupleType) else [sig.ret_type]
+        names = ["out"] if len(outputs) == 1 else [f"out{i}" for i in range(len(outputs))]
+        args += [Argument(Var(n, UnionType([t, NoneType()])), UnionType([t, NoneType()]), EllipsisExpr(), ARG_NAMED_OPT) for n, t in zip(names, outputs)]
     new = add_method_to_class(ctx.api, ctx.cls, "__new__", args, sig.ret_type, self_type=TypeType(fill_typevars(info)))
     # Kept in the class's symbol table (and so in mypy's cache), but out of the body the checker
     # visits: it would insist that __new__ returns an instance of the class.
@@ -129,9 +140,17 @@ def _kernel_signature(info: TypeInfo) -> CallableType | None:
         for hook in [*_KERNELS, *(n for n in klass.names if not n.startswith("_") and n not in HOOK_KINDS)]:
             sym = klass.names.get(hook)
             node = sym.node if sym is not None else None
-            if isinstance(node, Decorator) and node.func.is_static and isinstance(node.func.type, CallableType):
+            if isinstance(node, Decorator) and node.func.is_static and isinstance(node.func.type, CallableType) and not _styled(node):
                 return node.func.type
     return None
+
+
+def _styled(node: Decorator) -> bool:
+    """``@opclass.style("out")`` (or ``"inplace"``): the kernel takes another overload's parameters."""
+    for d in node.decorators:
+        if isinstance(d, CallExpr) and isinstance(d.callee, RefExpr) and d.callee.fullname in _STYLE and not (d.args and isinstance(d.args[0], StrExpr) and d.args[0].value == "functional"):
+            return True
+    return False
 
 
 def _is_abstract(info: TypeInfo) -> bool:

@@ -199,7 +199,8 @@ def wrap(record: OpRecord, hook: str, fn: Callable[..., Any], tolerances: Any = 
         record.shown.append(_shown)
         _warn_if_late(record)
     where = record.where(hook)
-    reference = None if tolerances is None else record.hooks.get("reference") or record.hooks.get("default")
+    # On an .out or in-place overload the provider is the functional one adapted: compared where it is functional.
+    reference = None if tolerances is None or record.convention.kind != "functional" else record.hooks.get("reference") or record.hooks.get("default")
 
     @functools.wraps(fn)
     def debug_kernel(*args: Any, **kwargs: Any) -> Any:

@@ -68,7 +68,7 @@ def device_hook(device_type: str | None) -> Hook:
     occupies = ((keys, f"a kernel for {serves}", f"drop {name}: the op's own kernel stays in charge"),)
     doc = f"kernel for {serves}".replace("every device", "every device type")
     fallback = _no_kernel if every else None
-    return Hook(name, install, check=check, kernel=True, backend=True, device_type=device_type, doc=doc, occupies=lambda value: occupies, aliases=("forward",) if every else (), fallback=fallback)
+    return Hook(name, install, check=check, kernel=True, backend=True, device_type=device_type, doc=doc, occupies=lambda value: occupies, aliases=("forward",) if every else (), fallback=fallback, conventions=True)
 
 
 def _no_kernel(record: OpRecord) -> None:
@@ -128,13 +128,11 @@ def default_fake(record: OpRecord) -> None:
         f"define {record.cls_name}.abstract (same arguments; build outputs with torch.empty_like etc.)"
     )
     # The op's own default (the op in torch ops), whatever kernel another hook put in its place.
-    default, outs = record.hooks.get("default"), record.outputs.outs
+    default, aliased = record.hooks.get("default"), record.outputs.aliased
     fake: Callable[..., Any]
     runs: str | None = None  # the hook whose kernel runs as the fake one
-    if record.is_inplace:
-        fake = lambda *args, **kwargs: args[0]  # noqa: E731
-    elif record.is_out:
-        fake = lambda *args, **kwargs: kwargs[outs[0]] if len(outs) == 1 else tuple(kwargs[n] for n in outs)  # noqa: E731
+    if record.outputs.returned:  # in place, out=: it returns the arguments it writes
+        fake = lambda *args, **kwargs: aliased(args, kwargs)  # noqa: E731
     elif not record.schema.returns:
         fake = lambda *args, **kwargs: None  # noqa: E731
     elif default is not None:

@@ -253,7 +253,7 @@ def providers_hook() -> Hook:
         True
     """
     return Hook(
-        HOOK, _install, check=_check, kernel=True, backend=True, members=True, extra=added, occupies=_occupies,
+        HOOK, _install, check=_check, kernel=True, backend=True, members=True, extra=added, occupies=_occupies, conventions=True,
         doc="other kernels of the op, chosen per call by device, availability, arguments and order (@opclass.provider)",
     )
 
@@ -291,6 +291,6 @@ def provider_orders_hook() -> Hook:
         False
     """
     return Hook(
-        "provider_orders", _install_orders, check=_check_orders, staticmethod=False,
+        "provider_orders", _install_orders, check=_check_orders, staticmethod=False, conventions=True,
         doc="dict platform -> provider names: the default order on each platform (cpu, cuda, rocm...)",
     )

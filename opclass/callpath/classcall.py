@@ -21,10 +21,13 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import inspect
 import itertools
 import linecache
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, Optional
+
+import torch
 
 from opclass.callpath import dynamo
 from opclass.callpath.source import c_entry, call_source
@@ -46,7 +49,11 @@ def make_abstract(cls: Any) -> None:
 
 def document(cls: Any, spec: OpSpec) -> None:
     """``inspect.signature(cls)`` and the class's docstring say what the op takes."""
-    cls.__signature__ = spec.signature
+    sig = spec.signature
+    if "out" in dict(spec.convention.siblings):  # MyOp(x, out=buf) calls the .out overload
+        extra = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Optional[torch.Tensor]) for n in spec.convention.outs]
+        sig = sig.replace(parameters=[*sig.parameters.values(), *extra])
+    cls.__signature__ = sig
     doc = (cls.__dict__.get("__doc__") or "").rstrip()
     cls.__doc__ = (doc + "\n\n" if doc else "") + f"Operator ``{spec.qualname}``: ``{spec.schema_str}``"
 

@@ -107,6 +107,11 @@ def _dispatch_tables() -> tuple[list[dict[object, Callable[..., Any]]], Callable
             if op is None or self.source is None:
                 return super().call_function(tx, args, kwargs)
             record = self.value.__dict__.get("_opclass_record")
+            outs = record.convention.outs if record is not None and dict(record.convention.siblings).get("out") else ()
+            sibling = getattr(self.value, "out", None)
+            if any(n in kwargs for n in outs) and isinstance(sibling, type):
+                # MyOp(x, out=buf): the .out overload's class, as in eager mode.
+                return VariableBuilder(tx, AttrSource(self.source, "out"))(sibling).call_function(tx, args, kwargs)
             _warn_if_specialized(record, args, kwargs)
             guarded = record is not None and record.lowered is not None and _guard(tx, self.source, self.value, record)
             op_var = VariableBuilder(tx, AttrSource(self.source, "_opclass_op"))(op)

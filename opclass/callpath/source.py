@@ -41,10 +41,11 @@ from opclass.callpath.dynamo import warn_specialized
 from opclass.core import native
 from opclass.core.types import BUMP, CHECK_NAMES, DEVICE_CODES, FAST_DEVICES, GRAD, guard_text
 from opclass.define.arguments import Argument
+from opclass.install.conventions import WRITES
 from opclass.install.functions import Call, functions
 from opclass.install import orders
 from opclass.install.outputs import INLINE_NAMES, INLINE_TEST, output_is_fresh
-from opclass.install.record import OpRecord
+from opclass.install.record import OpRecord, lookup
 from opclass.install.table import not_bool
 
 __all__ = ["call_source", "c_entry", "merge_keywords", "call_original", "call_passed"]
@@ -114,14 +115,25 @@ class _Head:
         closure.update({f"_default_{a.name}": a.default for a in self.table if a.has_default})
         if as_new:
             closure.update({"_M": pyguard.MISSING, "_merge": merge_keywords, "_call_passed": call_passed, "_call_original": call_original, "_names": tuple(a.name for a in self.table.positional)})
+        # MyOp(x, out=buf) calls the .out overload's class, as torch.ops.ns.op(x, out=buf) picks that overload.
+        out = dict(record.convention.siblings).get("out")
+        found = lookup(out) if out is not None else None
+        self.outs = record.convention.outs if found is not None and found.owner() is not None else ()
+        if self.outs:
+            closure["_to_out"] = found.owner()  # type: ignore[union-attr]
 
     def lines(self, name: str) -> list[str]:
-        table = self.table
+        table, outs = self.table, self.outs
+        extra = ", ".join(f"{n}=None" for n in outs)
+        route = [f"    if {' or '.join(f'{n} is not None' for n in outs)}:", f"        return _to_out({', '.join([table.call(), *(f'{n}={n}' for n in outs)]).lstrip(', ')})"] if outs else []
         if not self.as_new:
-            return [f"def {name}{table.parameters(default=lambda a: f'_default_{a.name}')}:"]
+            params = table.parameters(default=lambda a: f"_default_{a.name}")
+            if outs:
+                params = params[:-1] + (", " if params != "()" else "") + ("" if table.keyword_only else "*, ") + extra + ")"
+            return [f"def {name}{params}:", *route]
         # _M even where the schema has a default: the dispatcher's errors count what was passed.
         positional = [a.name for a in table.positional]
-        signature = ", ".join(["_cls", *(f"{n}=_M" for n in positional), *(["/"] if positional else []), "*_a", *(f"{a.name}=_M" for a in table.keyword_only), "**_k"])
+        signature = ", ".join(["_cls", *(f"{n}=_M" for n in positional), *(["/"] if positional else []), "*_a", *(f"{a.name}=_M" for a in table.keyword_only), *([extra] if outs else []), "**_k"])
         values = table.args_text()
         lines = [
             f"def {name}({signature}):",
@@ -132,7 +144,7 @@ class _Head:
         ]
         if positional:
             lines.append(f"        {', '.join(positional)}, = _v")
-        return lines + [f"    if {a.name} is _M:\n        {a.name} = _default_{a.name}" for a in table if a.has_default]
+        return lines + [f"    if {a.name} is _M:\n        {a.name} = _default_{a.name}" for a in table if a.has_default] + route
 
     def tail(self) -> list[str]:
         required = [a.name for a in self.table if not a.has_default]
@@ -329,25 +341,39 @@ def c_entry(record: OpRecord) -> tuple[Any, ...] | None:
     that concerns the op has its kernels there (a miss: the generated function fills it in).
     """
     module, plan, table = native.native_module(), record.plan, record.arguments
+    # An .out or in-place overload: it writes the arguments it returns (the out buffers by keyword).
+    written = record.convention.kind != "functional" and record.outputs.returned and all(a.jit == "Tensor" for a in table.written)
+    keywords = tuple(a.name for a in table.keyword_only)
     if (
-        module is None or plan is None or record.outputs.kind != "functional" or table.written or plan.autocast_devices
-        or any(a.keyword_only or a.kind.entry is None for a in table)
+        module is None or plan is None or plan.autocast_devices
+        or not (written or (record.outputs.kind == "functional" and not table.written))
+        or (keywords and keywords != record.convention.outs)
+        or any(a.kind.entry is None for a in table)
         or not any(a.jit == "Tensor" for a in table)
     ):
         return None
     fast = functions(record).fast
     kernels = [_entry_kernel(plan.kernels[d].choice, plan.kernels[d].user) if d in plan.kernels else None for d in FAST_DEVICES]
+    if written and len(record.outputs.returned) == 1:
+        # The C entry returns the written argument itself: a kernel that writes it runs unadapted.
+        kernels = [tuple(map(_writer, k)) if isinstance(k, tuple) else _writer(k) for k in kernels]
     applies = [_c_apply(fast[d]) if d in fast else None for d in FAST_DEVICES]  # fast: only where plan.grad is "function"
     wheres = {**{e.fn: e.where for e in record.table.entries}, **{k.user: k.where for k in plan.kernels.values()}}
     finish = record.outputs.finish
 
-    def finish_entry(kernel: Any, out: Any, *args: Any) -> Any:
+    def finish_entry(kernel: Any, out: Any, *args: Any, **kwargs: Any) -> Any:
         """A kernel's output that is not final: the output contract, naming the kernel that ran."""
-        return finish(wheres[kernel], args, {}, out)
+        return finish(wheres[kernel], args, kwargs, out)
 
     spec = "".join(a.kind.entry or "" for a in table).encode()
     choosing = any(k.choice is not None for k in plan.kernels.values())
-    return (spec, record.outputs.single, *kernels, *applies, finish_entry, orders.BLOCK if choosing else None, _closure_key(record) if choosing else None)
+    entry = (spec, record.outputs.single, *kernels, *applies, finish_entry, orders.BLOCK if choosing else None, _closure_key(record) if choosing else None)
+    out = lookup(dict(record.convention.siblings).get("out", ""))
+    route = out.owner() if out is not None and not keywords else None
+    if written or route is not None:
+        returned = record.outputs.returned[0][0] if len(record.outputs.returned) == 1 else -1
+        entry += (record.convention.outs, route, tuple(a.index for a in table.written) or None, returned)
+    return entry
 
 
 def in_block(record: OpRecord, key: object) -> Callable[[orders.Block], Any]:
@@ -395,6 +421,13 @@ def _entry_kernel(choice: Any, user: Any) -> Any:
     tests = choice.native_tests
     pairs = [x for i, e in enumerate(tried) if e.options.supports is not None for x in (tests.get(i, e.options.supports), e.fn)]
     return (*pairs, tried[-1].fn if tried and tried[-1].options.supports is None else choice.refuse)
+
+
+def _writer(fn: Any) -> Any:
+    """The user's kernel where ``fn`` adapts one written in the overload's own style (only its
+    return differs), else ``fn`` (a predicate, a refusal, another adapter)."""
+    adapter, kernel = getattr(fn, WRITES, (None, None))
+    return kernel if adapter is fn else fn
 
 
 def _c_apply(fn_cls: type[torch.autograd.Function]) -> Callable[..., Any]:

@@ -19,7 +19,7 @@ __all__ = ["CLASS_KEYWORDS", "DEVICE_TYPES", "HOOK_KINDS"]
 DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "hpu", "mtia", "xla", "ipu", "maia", "hip", "privateuseone")
 
 #: The keywords ``CustomOp.__init_subclass__`` takes.
-CLASS_KEYWORDS = ("name", "namespace", "mutates_args", "schema", "tags", "pt2_compliant", "existing")
+CLASS_KEYWORDS = ("name", "namespace", "mutates_args", "schema", "tags", "pt2_compliant", "existing", "out", "inplace")
 
 #: Every built-in hook by kind, in registration order: ``"backend"`` (a kernel: it takes the op's
 #: arguments and makes the class an op), ``"kernel"`` (one that makes no op), ``"static"`` (another

@@ -32,6 +32,7 @@
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 namespace {
@@ -322,11 +323,14 @@ int in_bucket(PyObject* test, PyObject* const* args) {
 }
 
 // The whole plain-eager call in C, for simple ops (see callpath/source.py, c_entry): fast is
-// (spec, single, kernel_cpu, kernel_cuda, apply_cpu, apply_cuda, finish, blocks, key);
-// `block`: an open use_providers block's kernels for the op, (kernel_cpu, kernel_cuda, ...), or
-// nullptr. Returns NotImplemented (a new reference) when the generated call function must decide.
-PyObject* fast_call(PyObject* fast, const char* spec, PyObject* const* args, Py_ssize_t nargs, PyObject* block) {
+// (spec, single, kernel_cpu, kernel_cuda, apply_cpu, apply_cuda, finish, blocks, key[, keywords,
+// route, written, returned]); `block`: an open use_providers block's kernels for the op,
+// (kernel_cpu, kernel_cuda, ...), or nullptr. args[0..nargs) are the values, the last
+// len(kwnames) of them passed by keyword. Returns NotImplemented (a new reference) when the
+// generated call function must decide.
+PyObject* fast_call(PyObject* fast, const char* spec, PyObject* const* args, Py_ssize_t nargs, PyObject* block, PyObject* kwnames) {
   int code = classify_call(spec, args, nargs);
+  Py_ssize_t npos = nargs - (kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0);
   PyObject* target = Py_None;
   if (code == kCodeCpu || code == kCodeCuda) {
     target = block != nullptr ? PyTuple_GET_ITEM(block, code - 1) : PyTuple_GET_ITEM(fast, code + 1);
@@ -352,7 +356,7 @@ PyObject* fast_call(PyObject* fast, const char* spec, PyObject* const* args, Py_
         }
         continue;
       }
-      PyObject* ok = PyObject_Vectorcall(test, args, static_cast<size_t>(nargs), nullptr);
+      PyObject* ok = PyObject_Vectorcall(test, args, static_cast<size_t>(npos), kwnames);
       Py_XDECREF(ok);  // True and False outlive it; anything else: the generated call raises
       if (ok == nullptr || (ok != Py_True && ok != Py_False)) {
         return ok == nullptr ? nullptr : Py_NewRef(Py_NotImplemented);
@@ -367,11 +371,32 @@ PyObject* fast_call(PyObject* fast, const char* spec, PyObject* const* args, Py_
   if (target == Py_None) {
     Py_RETURN_NOTIMPLEMENTED;
   }
-  PyObject* out = PyObject_Vectorcall(target, args, static_cast<size_t>(nargs), nullptr);
+  // The arguments the op writes: their version counters, as its ADInplaceOrView kernel would.
+  PyObject* written = PyTuple_GET_SIZE(fast) > 11 ? PyTuple_GET_ITEM(fast, 11) : Py_None;
+  if (written != Py_None && !c10::impl::tls_is_dispatch_key_excluded(DispatchKey::ADInplaceOrView)) {
+    try {
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(written); ++i) {
+        torch::autograd::impl::bump_version(THPVariable_Unpack(args[PyLong_AsSsize_t(PyTuple_GET_ITEM(written, i))]));
+      }
+    } catch (const std::exception&) {
+      Py_RETURN_NOTIMPLEMENTED;  // an inference tensor: the generated call raises torch's error
+    }
+  }
+  PyObject* out = PyObject_Vectorcall(target, args, static_cast<size_t>(npos), kwnames);
   // A fresh Tensor is final only when the plan says the op returns exactly one Tensor; the
-  // Function's forward (code has kCodeGrad) checked and converted its outputs itself.
+  // Function's forward (code has kCodeGrad) checked and converted its outputs itself; an op that
+  // returns the argument it writes is done when the kernel returned that argument.
   if (out == nullptr || (code & kCodeGrad) || (PyTuple_GET_ITEM(fast, 1) == Py_True && is_fresh(out, 1))) {
     return out;
+  }
+  // An overload that returns the one argument it writes: done, whatever the kernel returned
+  // (an out-style or in-place kernel's return is ignored, as the generated call ignores it).
+  if (PyTuple_GET_SIZE(fast) > 12) {
+    Py_ssize_t returned = PyLong_AsSsize_t(PyTuple_GET_ITEM(fast, 12));
+    if (returned >= 0 && returned < nargs) {
+      Py_DECREF(out);
+      return Py_NewRef(args[returned]);
+    }
   }
   // finish(kernel, out, *args): the full aliasing check and the conversion the dispatcher would do.
   std::vector<PyObject*> full(static_cast<size_t>(nargs) + 2);
@@ -380,14 +405,29 @@ PyObject* fast_call(PyObject* fast, const char* spec, PyObject* const* args, Py_
   for (Py_ssize_t i = 0; i < nargs; ++i) {
     full[static_cast<size_t>(i) + 2] = args[i];
   }
-  PyObject* result = PyObject_Vectorcall(PyTuple_GET_ITEM(fast, 6), full.data(), full.size(), nullptr);
+  PyObject* result = PyObject_Vectorcall(PyTuple_GET_ITEM(fast, 6), full.data(), static_cast<size_t>(npos) + 2, kwnames);
   Py_DECREF(out);
   return result;
 }
 
+// kwnames names exactly `names` (a tuple of str), in that order.
+bool same_names(PyObject* names, PyObject* kwnames) {
+  if (!PyTuple_CheckExact(names) || PyTuple_GET_SIZE(names) != PyTuple_GET_SIZE(kwnames)) {
+    return false;
+  }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); ++i) {
+    PyObject* a = PyTuple_GET_ITEM(names, i);
+    PyObject* b = PyTuple_GET_ITEM(kwnames, i);
+    if (a != b && (!PyUnicode_Check(b) || PyUnicode_Compare(a, b) != 0)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // The C entry's call, or NotImplemented: an open use_providers block (context variable blocks)
 // has the op's kernels cached under key, or the generated function decides (and caches them).
-PyObject* entry_call(PyObject* fast, PyObject* const* args, Py_ssize_t nargs) {
+PyObject* entry_call(PyObject* fast, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   PyObject* blocks = PyTuple_GET_ITEM(fast, 7);
   PyObject* block = nullptr;
   if (blocks != Py_None && PyContextVar_Get(blocks, nullptr, &block) < 0) {
@@ -405,7 +445,7 @@ PyObject* entry_call(PyObject* fast, PyObject* const* args, Py_ssize_t nargs) {
     }
     kernels = kernels == Py_None ? nullptr : kernels;
   }
-  PyObject* result = fast_call(fast, PyBytes_AS_STRING(PyTuple_GET_ITEM(fast, 0)), args, nargs, kernels);
+  PyObject* result = fast_call(fast, PyBytes_AS_STRING(PyTuple_GET_ITEM(fast, 0)), args, nargs, kernels, kwnames);
   Py_XDECREF(block);
   return result;
 }
@@ -415,17 +455,30 @@ PyObject* entry_call(PyObject* fast, PyObject* const* args, Py_ssize_t nargs) {
 PyObject* op_vectorcall(PyObject* cls, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   // The C entry first: a class has one only while its generated call function is current.
   Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  Py_ssize_t nkw = kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0;
   PyObject* fast = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(cls), fast_name);  // borrowed
-  if (fast != nullptr && PyTuple_CheckExact(fast) && PyTuple_GET_SIZE(fast) == 9 && (kwnames == nullptr || PyTuple_GET_SIZE(kwnames) == 0)) {
-    if (PyBytes_GET_SIZE(PyTuple_GET_ITEM(fast, 0)) == nargs) {
-      // Held: the kernel may run another thread that redefines the op and drops the class's entry.
-      Py_INCREF(fast);
-      PyObject* result = entry_call(fast, args, nargs);
+  Py_ssize_t size = fast != nullptr && PyTuple_CheckExact(fast) ? PyTuple_GET_SIZE(fast) : 0;
+  // Keywords only where the entry takes exactly those (an out= overload's buffers, in order).
+  if (size >= 9 && (nkw == 0 || (size > 9 && same_names(PyTuple_GET_ITEM(fast, 9), kwnames)))) {
+    PyObject* route = nkw > 0 && size > 10 ? PyTuple_GET_ITEM(fast, 10) : Py_None;
+    // Held: the kernel may run another thread that redefines the op and drops the class's entry.
+    Py_INCREF(fast);
+    PyObject* result = nullptr;
+    if (route != Py_None) {
+      // MyOp(x, out=buf): the .out overload's class, whose entry takes these keywords.
+      result = op_vectorcall(route, args, nargsf, kwnames);
+      Py_DECREF(fast);
+      return result;
+    }
+    if (PyBytes_GET_SIZE(PyTuple_GET_ITEM(fast, 0)) == nargs + nkw) {
+      result = entry_call(fast, args, nargs + nkw, kwnames);
       Py_DECREF(fast);
       if (result != Py_NotImplemented) {
         return result;
       }
       Py_DECREF(result);
+    } else {
+      Py_DECREF(fast);
     }
   }
   PyObject* call = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(cls), call_name);  // borrowed

@@ -4,7 +4,7 @@ Everything ``torch.library.custom_op`` infers is accepted, plus ``tuple[T, ...]`
 Tensors, ``Optional[Tensor]`` returns, ``torch.layout`` and ``torch.memory_format``.
 
 Example:
-    >>> from typing import Optional
+    >>> from typing import Callable, Optional
     >>> from opclass.define.annotations import param_type
     >>> param_type(Optional[list[int]])
     'SymInt[]?'
@@ -19,7 +19,7 @@ import dataclasses
 import sys
 import types
 import typing
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -52,6 +52,29 @@ class SchemaType:
     def __repr__(self) -> str:
         # As written in code; errors.format_annotation shows Annotated[int, SchemaType('int')] as opclass.Int.
         return f"SchemaType({self.text!r})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Alias:
+    """``typing.Annotated[Tensor, opclass.Alias("x")]``, as a return annotation: the op returns
+    its argument ``x`` itself. With ``x`` in ``mutates_args`` the schema says so (``Tensor(a!) x
+    ... -> Tensor(a!)``: an op that writes ``x`` and returns it, as in-place ops do); type
+    checkers read the annotation as ``Tensor``. A return that is a *view* of an unwritten
+    argument (``Tensor(a) x -> Tensor(a)``) is refused as torch's custom ops refuse views.
+
+    Example:
+        >>> from typing import Annotated
+        >>> import torch, opclass
+        >>> class DocsAliasAdd(opclass.CustomOp, name="docs_alias::add_", mutates_args=("x",)):
+        ...     @staticmethod
+        ...     def cpu(x: torch.Tensor, y: torch.Tensor) -> Annotated[torch.Tensor, opclass.Alias("x")]:
+        ...         return x.add_(y)
+        >>> DocsAliasAdd.schema
+        '(Tensor(a0!) x, Tensor y) -> Tensor(a0!)'
+        >>> opclass.remove(DocsAliasAdd)
+    """
+
+    name: str
 
 
 # What a SchemaType may say, and the Python type it must annotate.
@@ -308,20 +331,25 @@ def _unsupported(ann: Any) -> str:
     raise SchemaProblem(f"unsupported annotation {text}", fix)
 
 
-def return_type(ann: Any) -> str:
-    """The schema return for a return annotation: ``Tensor``, ``(Tensor, Tensor)``, ``()``..."""
+def return_type(ann: Any, alias: Callable[[str], str] = lambda name: "Tensor") -> str:
+    """The schema return for a return annotation: ``Tensor``, ``(Tensor, Tensor)``, ``()``...;
+    ``alias(name)`` writes a return annotated :class:`Alias` (``Tensor(a0!)``)."""
     if ann is None or ann is type(None):
         return "()"
     if typing.get_origin(ann) is tuple:
         args = typing.get_args(ann)
         if not args or Ellipsis in args:
             raise SchemaProblem(f"unsupported return annotation {format_annotation(ann)}", "write tuple[Tensor, Tensor] with one entry per output")
-        inner = ", ".join(_single_return(a, ann) for a in args)
+        inner = ", ".join(_single_return(a, ann, alias) for a in args)
         return f"(({inner}))" if len(args) == 1 else f"({inner})"
-    return _single_return(ann, ann)
+    return _single_return(ann, ann, alias)
 
 
-def _single_return(ann: Any, whole: Any) -> str:
+def _single_return(ann: Any, whole: Any, alias: Callable[[str], str]) -> str:
+    if typing.get_origin(ann) is typing.Annotated and (named := next((m.name for m in ann.__metadata__ if isinstance(m, Alias)), None)) is not None:
+        if typing.get_args(ann)[0] is not Tensor:
+            raise SchemaProblem(f"opclass.Alias({named!r}) annotates {format_annotation(typing.get_args(ann)[0])}, not a Tensor", f"write Annotated[Tensor, opclass.Alias({named!r})]")
+        return alias(named)
     if (base := _base(ann)) is not None and BY_SCHEMA[base].returnable:
         return base
     if _element(ann) is Tensor and typing.get_origin(ann) is list:

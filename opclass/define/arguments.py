@@ -23,7 +23,7 @@ import torch
 
 from opclass.core.types import ArgType, jit_type, tensors_in
 
-__all__ = ["Argument", "Arguments", "EMPTY"]
+__all__ = ["Argument", "Arguments", "EMPTY", "written_returns"]
 
 #: The default of an argument that has none.
 EMPTY: Any = inspect.Parameter.empty
@@ -185,3 +185,16 @@ def _dtype_from_code(code: int) -> Any:
                 if isinstance(arg.default_value, int):
                     _DTYPE_CODES[arg.default_value] = d
     return _DTYPE_CODES.get(code, code)
+
+
+def written_returns(schema: torch._C.FunctionSchema) -> tuple[tuple[int, str], ...]:
+    """``(index, name)`` of the written argument each return is (``-> (Tensor(a!), Tensor(b!))``:
+    an in-place or ``out=`` op), where every return is one; else ``()``."""
+    found = []
+    for r in schema.returns:
+        alias = r.alias_info
+        arg = next((a for a in schema.arguments if alias is not None and alias.is_write and a.alias_info is not None and a.alias_info.before_set == alias.before_set), None)
+        if arg is None:
+            return ()
+        found.append((list(schema.arguments).index(arg), arg.name))
+    return tuple(found)

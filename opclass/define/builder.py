@@ -29,7 +29,7 @@ from opclass.core import memo
 from opclass.core.compat import config_stand_in, tagged_inplace, tagged_out
 from opclass.core.names import CLASS_KEYWORDS
 from opclass.core.types import DEVICE_TYPES, MISTAKEN_DEVICES
-from opclass.define import schema as schemas
+from opclass.define import conventions, schema as schemas
 from opclass.define.annotations import SchemaProblem, config_name, configs_of
 from opclass.define.arguments import Arguments
 from opclass.define.hookspec import ADDED_BY, MEMBER_OF, OPTIONAL, Hook, HookContext, hooks, kernels_of, member_hook, parameters_of
@@ -47,7 +47,7 @@ def _snake_case(name: str) -> str:
 
 
 # Keywords that belong to the op's definition, which an op extended with existing=True already has.
-_DEFINING_KEYWORDS = ("mutates_args", "schema", "tags", "pt2_compliant")
+_DEFINING_KEYWORDS = ("mutates_args", "schema", "tags", "pt2_compliant", "out", "inplace")
 _KEYWORD_ALIASES = {"extend": "existing", "extends": "existing", "exists": "existing", "mutates": "mutates_args", "mutable_args": "mutates_args", "mutated_args": "mutates_args", "tag": "tags", "ns": "namespace", "op_name": "name"}
 
 
@@ -55,7 +55,7 @@ class OpBuilder:
     """Turns one class statement into an :class:`OpSpec`: :meth:`collect`, then :meth:`validate`.
     One small method per check; the state they share is declared here."""
 
-    __slots__ = ("cls", "outside", "cls_name", "given", "unknown", "hooks", "defined", "inherited_schema", "keywords", "schema_text", "schema", "partial", "configs", "kernels")
+    __slots__ = ("cls", "outside", "cls_name", "given", "unknown", "hooks", "defined", "inherited_schema", "keywords", "schema_text", "schema", "partial", "configs", "kernels", "forms")
 
     def __init__(self, cls: type, keywords: Mapping[str, Any], unknown: Mapping[str, Any] = {}, outside: Callable[[str], bool] = lambda qualname: False) -> None:
         self.cls = cls
@@ -81,6 +81,8 @@ class OpBuilder:
         #: Set by :meth:`gather_members`: every kernel the class defines, and the annotated kernels' configs.
         self.kernels: dict[str, Any] = {}
         self.configs: dict[str, type] = {}
+        #: Per calling convention of the class (``"out"``, ``"inplace"``): its schema text and parse.
+        self.forms: dict[str, tuple[str, torch._C.FunctionSchema]] = {}
 
     def fail(self, hook: str | None, problem: str, fix: str = "", fn: Any = None) -> NoReturn:
         if (by := getattr(fn, ADDED_BY, None)) is not None:  # the class's author does not own it
@@ -105,7 +107,7 @@ class OpBuilder:
         self.inherited_schema = base.schema_str if base is not None else None
         inherited: dict[str, Any] = getattr(self.cls, "_opclass_keywords", {})
         # Any iterable is taken once (a generator would be empty for the next reader and for subclasses).
-        given = {k: tuple(v) if k in ("mutates_args", "tags") and isinstance(v, Iterable) and not isinstance(v, str) else v for k, v in self.given.items()}
+        given = {k: tuple(v) if k in ("mutates_args", "tags", "inplace") and isinstance(v, Iterable) and not isinstance(v, str) else v for k, v in self.given.items()}
         self.keywords = {**{k: v for k, v in inherited.items() if k not in ("name", "existing")}, **{k: v for k, v in given.items() if v is not None}}
         if base is not None:
             self.keywords.setdefault("namespace", base.namespace)
@@ -177,6 +179,12 @@ class OpBuilder:
         for key, value, example in (("schema", schema, "(Tensor x) -> Tensor"), ("name", name, "mylib::my_op")):
             if value is not None and not isinstance(value, str):
                 self.fail(None, f"{key}={value!r} must be a string", f"write e.g. {key}='{example}'")
+        out, inplace = kw.get("out", False), kw.get("inplace", ())
+        if type(out) is not bool:
+            self.fail(None, f"out={out!r} must be True or False", "write out=True for an .out overload (keyword-only out Tensors, one per output)")
+        inplace = (inplace,) if isinstance(inplace, str) else inplace
+        if not isinstance(inplace, Iterable) or not all(isinstance(n, str) for n in inplace):
+            self.fail(None, f"inplace={kw.get('inplace')!r} must be argument names", "write e.g. inplace=('x',): the Tensor arguments the in-place overload writes its outputs into")
         existing = self.given.get("existing")
         if existing is not None and type(existing) is not bool:
             self.fail(None, f"existing={existing!r} must be True or False", "write existing=True to extend an op defined elsewhere")
@@ -185,7 +193,7 @@ class OpBuilder:
                 if self.given.get(key) is not None:
                     problem = f"{key}= with existing=True: the op is defined already, with its own schema, mutations and tags"
                     self.fail(None, problem, f"drop {key}=; the dispatcher's schema is used (annotations, if any, must agree with it)")
-        return Keywords(name, namespace, tuple(dict.fromkeys(mutates)), schema, tags, unknown, bool(existing), "mutates_args" in kw, pt2_compliant)
+        return Keywords(name, namespace, tuple(dict.fromkeys(mutates)), schema, tags, unknown, bool(existing), "mutates_args" in kw, pt2_compliant, out, tuple(inplace))
 
     def validate_pairs(self) -> None:
         """Hooks that only make sense together (``setup_context`` + ``backward``)."""
@@ -241,7 +249,8 @@ class OpBuilder:
         A hook annotated in part (``def abstract(x, shape) -> Tensor``) needs the schema from
         elsewhere (another kernel, ``schema=``, the base class: ``elsewhere``, or the existing op);
         it goes to ``partial``, whose annotations :meth:`validate_kernels` checks."""
-        annotated, complete = schemas.annotated_kernels(self.kernels)
+        # A kernel of another style has the parameters of its overload, not the op's.
+        annotated, complete = schemas.annotated_kernels({h: fn for h, fn in self.kernels.items() if conventions.style_of(fn) == "functional"})
         self.partial = [h for h in annotated if h not in complete] if complete or elsewhere else []
         found: list[tuple[str, str, torch._C.FunctionSchema]] = []
         for hook, fn in [(h, self.kernels[h]) for h in annotated if h not in self.partial]:
@@ -310,6 +319,11 @@ class OpBuilder:
             if leading is not None and (problem := schemas.missing_default(fn, table, leading)) is not None:
                 self.fail(hook, problem, f"write {hook}{table.parameters(list(memo.signature(fn).parameters)[:leading])}", fn)
         for hook, fn in self.kernels.items():
+            if (form := conventions.style_of(fn)) != "functional":
+                styled = Arguments.of(self.forms[form][1], self.configs)
+                if (problem := schemas.kernel_signature_problem(fn, styled)) is not None:
+                    self.fail(hook, f"written {form}-style, {problem}", f"write {hook}{styled.parameters()}", fn)
+                continue
             if (not schemas.annotated(fn) or hook in self.partial) and (problem := schemas.kernel_signature_problem(fn, table)) is not None:
                 self.fail(hook, problem, f"write {hook}{table.parameters()}{schemas.positional_only_fix(fn, table)}", fn)
             if hook in self.partial and (problem := schemas.annotation_problem(fn, self.schema)) is not None:
@@ -345,6 +359,23 @@ class OpBuilder:
         """A member given from outside that must not fail the class (``OPTIONAL``) and does not fit it: left out, with a warning."""
         by = getattr(fn, ADDED_BY, "another module")
         warnings.warn(f"class {self.cls_name}: the {hook} member {name!r} that {by} added from outside the class is left out: {problem}", UserWarning, stacklevel=user_stacklevel())
+
+    def validate_conventions(self, kw: Keywords, qualname: str) -> None:
+        """``out=``, ``inplace=`` and each kernel's style fit the op; the overloads' schemas (``forms``)."""
+        styles = {h: conventions.style_of(fn) for h, fn in self.kernels.items()}
+        if (found := conventions.problem(self.schema, kw.out, kw.inplace, list(styles.values()))) is not None:
+            styled = next((h for h, st in styles.items() if st != "functional"), None)
+            self.fail(None if kw.out or kw.inplace or styled is None else styled, *found, self.kernels.get(styled or ""))
+        if kw.out or kw.inplace or set(styles.values()) - {"functional"}:
+            for kind, (name, text) in conventions.forms(qualname, self.schema, self.schema_text, kw.inplace).items():
+                self.forms[kind] = (text, self._parse(name, text, None))
+        if kw.out and (defaulted := conventions.inductor_trap(self.schema)):
+            warnings.warn(
+                f"class {self.cls_name}: with out=True, torch's Inductor (2.13 to 2.15) compiles {qualname} to its .out overload and passes "
+                f"an argument at its default value twice, so the compiled code fails when it runs ({', '.join(map(repr, defaulted))}). "
+                "Give those parameters no default (callers pass them), or leave out=True off until torch fixes it",
+                UserWarning, stacklevel=user_stacklevel(),
+            )
 
     # ------------------------------------------------------------------ 3. build
 
@@ -391,10 +422,12 @@ class OpBuilder:
         else:
             self.schema = self.derive_schema(kw, qualname)
         table = Arguments.of(self.schema, self.configs)
+        self.validate_conventions(kw, qualname)
         self.validate_kernels(table, kw)
         spec = self.build(kw, qualname, ns, name, overload, table)
         self.validate_hooks(qualname, table, spec.signature, kw)
-        return spec
+        carried = {h: v for h, v in spec.hooks.items() if self.hooks[h].conventions}
+        return conventions.with_siblings(spec, kw.out, kw.inplace, {k: (*f, Arguments.of(f[1], self.configs)) for k, f in self.forms.items()}, carried)
 
 
 def _unwrap(raw: Any) -> Any:

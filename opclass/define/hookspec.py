@@ -101,6 +101,9 @@ class Hook:
             marks its functions for the ``providers`` hook), whatever their attribute names,
             and ``extra(qualname)``'s. With ``kernel``, each one is checked as a kernel is.
         extra: ``extra(qualname)``: members given from outside the class, by the op's name.
+        conventions: the hook serves every overload a class statement defines (``out=True``,
+            ``inplace=``), not only the functional op: a kernel hook's functions are adapted to
+            each overload's calling convention (see ``opclass.style``), another value is taken as it is.
 
     Example:
         >>> import opclass
@@ -127,6 +130,7 @@ class Hook:
     fallback: Callable[["OpRecord"], None] | None = None
     members: bool = False
     extra: Callable[[str], Mapping[str, Any]] | None = None
+    conventions: bool = False
 
 
 #: The attribute that marks a function as a member of a hook's collection (see ``Hook.members``).

@@ -68,7 +68,16 @@ def derive(fn: Any, mutates_args: Sequence[str], tags: Sequence[torch.Tag]) -> s
         params.append(text)
     if "return" not in annotations:
         raise SchemaProblem("the return has no annotation", "annotate it, e.g. -> Tensor, or -> None")
-    ret = return_type(annotations["return"])
+    names = list(sig.parameters)
+
+    def alias(name: str) -> str:
+        if name not in names or not param_type(annotations.get(name, type(None))).startswith("Tensor"):
+            raise SchemaProblem(f"the return is annotated opclass.Alias({name!r}), and {name!r} is no Tensor parameter", f"name one of {', '.join(names)}")
+        return f"Tensor(a{names.index(name)}{'!' if name in mutates_args else ''})"
+
+    ret = return_type(annotations["return"], alias)
+    if (tagged_inplace(tags) or tagged_out(tags)) and "(a" in ret:
+        raise SchemaProblem("Tag.inplace and Tag.out say what the op returns already", "annotate the return as a plain Tensor")
     if tagged_inplace(tags):
         if not positional or positional[0][2] != "Tensor" or set(mutates_args) != {positional[0][1]}:
             raise SchemaProblem("Tag.inplace needs the first parameter to be a Tensor that is the only one mutated", "set mutates_args=(first parameter name,)")

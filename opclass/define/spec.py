@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from opclass.define.arguments import Arguments
+from opclass.define.conventions import Convention
 from opclass.define.hookspec import Hook
 
 __all__ = ["Keywords", "OpSpec"]
@@ -37,6 +38,10 @@ class Keywords:
     mutates_given: bool = False
     #: ``pt2_compliant=False``: the op is defined with ``tags`` alone.
     pt2_compliant: bool = True
+    #: ``out=True``: the op has an ``.out`` overload too.
+    out: bool = False
+    #: ``inplace=(...)``: the op has an ``.inplace`` overload writing these arguments.
+    inplace: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -77,6 +82,10 @@ class OpSpec:
     is_inplace: bool = False
     #: Tagged ``Tag.out``: the op writes into keyword-only ``out`` Tensors and returns them.
     is_out: bool = False
+    #: The calling convention this overload serves (:mod:`opclass.define.conventions`).
+    convention: Convention = Convention()
+    #: The other overloads the class statement defines (``out=True``, ``inplace=``), each a spec of its own.
+    siblings: tuple[OpSpec, ...] = ()
 
     #: Positions (in schema order) of the arguments the op writes to.
     mutated: tuple[int, ...] = dataclasses.field(init=False)

@@ -8,12 +8,12 @@ restore; this layer returns what it made and calls nothing above it.
 from __future__ import annotations
 
 import functools
-from typing import overload
+from typing import Callable, overload
 
 from opclass.define.schema import op_exists
 from opclass.define.spec import OpSpec
 from opclass.errors import definition_error
-from opclass.install import existing
+from opclass.install import conventions, existing
 from opclass.install.library import open_library
 from opclass.install.own_kernels import register_own_kernels
 from opclass.install.plan import build_plan
@@ -43,16 +43,19 @@ def install(spec: OpSpec, replacing: OpRecord | None = None) -> OpRecord | None:
         undo_hooks(replacing)  # before the new ones install theirs, which may have the same keys
     open_library(record, replacing.lib if replacing is not None else None)
     lib = record.lib
+    base: Callable[[], OpRecord | None] = (lambda: record) if spec.convention.kind == "functional" else (lambda: lookup(spec.convention.base))
     try:
         for hook in spec.registry:
             if hook.name in spec.hooks:
-                value = spec.hooks[hook.name]
+                value = conventions.adapted(record, hook, spec.hooks[hook.name], base)
                 if hook.uninstall is not None:
                     # Registered before install: a half-done install is undone too.
                     record.cleanups.append(functools.partial(hook.uninstall, record, value))
                 lib.installing = hook.name
                 hook.install(record, value)
+        conventions.check_allocation(record, base())
         record.table.register()  # each slot once, from every hook's entries
+        conventions.functionalize(record, base)
         for hook in spec.registry:
             if hook.fallback is not None and hook.name not in spec.hooks:
                 lib.installing = hook.name

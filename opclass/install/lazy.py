@@ -49,7 +49,7 @@ class Lazy:
         """``(the function, "")``, or ``(None, why it cannot be had)``; imported once per process.
         With ``record``: checked against the op's signature too, as class creation checks an
         unannotated or partly annotated kernel (a mismatch is a reason it cannot be had)."""
-        if record is not None:
+        if record is not None and record.convention.kind == "functional":  # another overload's adapter calls it as the functional op does
             fn, why = self.load()
             problem = None if fn is None else (annotation_problem(fn, record.schema) if annotated(fn) else None) or kernel_signature_problem(fn, record.arguments)
             return (None, f"{self.target} does not fit {record.qualname}: {problem}") if problem else (fn, why)

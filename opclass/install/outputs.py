@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from torch import _C
@@ -29,6 +29,7 @@ from torch import _C
 from opclass.core import native
 from opclass.core.compat import INPLACE_TAG, tagged_inplace, tagged_out
 from opclass.core.types import exact_predicate, jit_type, returns_of
+from opclass.define.arguments import written_returns
 
 _refs = sys.getrefcount
 _storage_uses = _C._storage_Use_Count
@@ -89,12 +90,15 @@ class Contract:
     :meth:`finish` is the whole rule; ``single`` says when a fresh result is final without it (the
     op returns one Tensor, not an argument of its own)."""
 
-    __slots__ = ("kind", "n_returns", "single", "is_exact", "convert", "outs")
+    __slots__ = ("kind", "n_returns", "single", "is_exact", "convert", "outs", "returned")
 
     def __init__(self, schema: torch._C.FunctionSchema, tags: Sequence[torch.Tag], written: Sequence[str] = ()) -> None:
         kinds = returns_of(schema)
         self.is_exact = exact_predicate(kinds)
-        self.kind = "inplace" if tagged_inplace(tags) else "out" if tagged_out(tags) else "functional" if schema.returns else "none"
+        #: ``(index, name)`` of the written argument each return is (``-> (Tensor(a!), Tensor(b!))``).
+        self.returned = written_returns(schema)
+        tagged = "inplace" if tagged_inplace(tags) else "out" if tagged_out(tags) else None
+        self.kind = tagged or ("written" if self.returned else "functional" if schema.returns else "none")
         self.n_returns = len(schema.returns)
         # A fresh Tensor cannot alias an input, mutated ones included: final as it is.
         self.single = self.kind == "functional" and kinds == ("Tensor",)
@@ -103,6 +107,8 @@ class Contract:
 
     def finish(self, where: str, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> Any:
         """``out`` as the dispatcher returns it, or the error that names ``where``."""
+        if len(self.returned) == 1 and out is (args[self.returned[0][0]] if self.returned[0][0] < len(args) else kwargs.get(self.returned[0][1])):
+            return out  # the argument it writes, as the schema says (what is passed in is a Tensor already)
         if self.kind == "functional":
             out = out if self.is_exact(out) else self.convert(where, out)
             check_arity(where, self.n_returns, out)
@@ -116,6 +122,12 @@ class Contract:
         elif self.kind == "none":
             if out is not None:
                 self.convert(where, out)  # raises, naming the op and the hook
+        elif self.kind == "written":
+            got = out if isinstance(out, tuple) else (out,)
+            if len(got) != len(self.returned) or any(g is not w for g, w in zip(got, self.aliased(args, kwargs, tuple))):
+                names = ", ".join(n for _, n in self.returned)
+                raise RuntimeError(f"{where}: the op's schema says it returns the arguments it writes ({names}), in that order; the kernel returned other values.")
+            out = out if self.is_exact(out) else self.convert(where, out)
         elif self.kind == "inplace":
             if out is not args[0]:
                 raise RuntimeError(f"{where}: an operator tagged with torch.Tag.inplace must return its first argument.")
@@ -126,6 +138,12 @@ class Contract:
                 raise RuntimeError(f"{where}: an operator tagged with torch.Tag.out must return its mutable keyword-only arguments.")
             out = out if self.is_exact(out) else self.convert(where, out)
         return out
+
+    def aliased(self, args: Sequence[Any], kwargs: Mapping[str, Any], shape: Callable[..., Any] | None = None) -> Any:
+        """The arguments the op returns, as it returns them (``shape=tuple``: always a tuple); for
+        an op whose returns are its written arguments (in place, ``out=``)."""
+        found = [args[i] if i < len(args) else kwargs[n] for i, n in self.returned]
+        return tuple(found) if shape is tuple or len(found) != 1 else found[0]
 
     def checked(self, where: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` with the contract: what the dispatcher calls, at the hook's key."""

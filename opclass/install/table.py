@@ -261,7 +261,8 @@ class KernelTable:
     while the op installs; :meth:`register` then registers each slot once."""
 
     def __init__(self, record: OpRecord) -> None:
-        self.record, self.qualname = record, record.qualname
+        # An overload of the class's other conventions chooses as the functional op does: its orders, modes and tables.
+        self.record, self.qualname = record, record.convention.base or record.qualname
         self.entries: list[Entry] = []
         #: Made once the table is registered: slot -> what a plain call there runs.
         self.kernels: dict[str | None, Kernel] = {}
@@ -275,6 +276,9 @@ class KernelTable:
 
     def add(self, name: str, fn: Callable[..., Any], options: Options, *, own: bool, raw: Callable[..., Any] | None = None) -> None:
         """Add a kernel: the op's own (``own``: a device hook's or ``default``), else a provider."""
+        if options.supports is not None and self.record.convention.kind == "out":
+            # The predicate takes the functional op's arguments: the out buffers are not its business.
+            options = dataclasses.replace(options, supports=_without(options.supports, self.record.convention.outs))
         entry = Entry(name, fn, self.record.where(name), options, own, fn if raw is None else raw, self.record.lib.installing, self)
         if options.lazy is not None:  # a candidate with a predicate that loads it (Entry.loads_first)
             entry.declared, entry.pending, entry.options = options, True, dataclasses.replace(options, supports=entry.loads_first)
@@ -416,6 +420,13 @@ class KernelTable:
             notes = [e.runs_where, *sorted(e.options.flags()), *(mark for mark, on in marks.items() if on), *e.came_from]
             parts.append(f"{e.name} ({'; '.join(notes)})")
         return "providers: " + ", ".join(parts)
+
+
+def _without(supports: Callable[..., Any], outs: tuple[str, ...]) -> Callable[..., Any]:
+    def predicate(*args: Any, **kwargs: Any) -> Any:
+        return supports(*args, **{k: v for k, v in kwargs.items() if k not in outs})
+
+    return predicate
 
 
 def slot_key(slot: str | None) -> str:
