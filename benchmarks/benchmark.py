@@ -54,10 +54,10 @@ def _params(n: int) -> list[str]:
     return [f"a{i}" for i in range(n)]
 
 
-def _make_function(name: str, body: str, n: int, namespace: dict[str, Any], params: str | None = None) -> Callable[..., Any]:
+def _make_function(name: str, body: str, n: int, namespace: dict[str, Any], params: str | None = None, returns: str = "Tensor") -> Callable[..., Any]:
     # exec'd without ``from __future__ import annotations``: custom_op reads real annotation objects.
     signature = params if params is not None else ", ".join(f"{p}: Tensor" for p in _params(n))
-    source = f"def {name}({signature}) -> Tensor:\n    {body}\n"
+    source = f"def {name}({signature}) -> {returns}:\n    {body}\n"
     exec(compile(source, f"<benchmarks.benchmark {name}>", "exec"), namespace)  # noqa: S102
     fn: Callable[..., Any] = namespace[name]
     return fn
@@ -132,6 +132,17 @@ def _define_ops(n: int, prefix: str) -> dict[str, Any]:
 
         return Provided
 
+    # An out-style kernel (as vLLM's C++ kernels are): it copies its first argument into the
+    # caller's buffer and returns nothing; ``out=True`` gives the op its ``.out`` overload, which
+    # hands the kernel the caller's buffer as is.
+    out_params = ", ".join([*(f"{p}: Tensor" for p in _params(n)), "*", "out: Tensor"])
+    out_kernel = opclass.style("out")(_make_function(f"oc_copy_out_{n}", "out.copy_(a0)", n, dict(ns), out_params, returns="None"))
+
+    class CopyOut(opclass.CustomOp, name=f"{prefix}_oc{n}::copy", out=True):
+        cpu = staticmethod(out_kernel)
+        cuda = staticmethod(out_kernel)
+        abstract = staticmethod(_make_function(f"oc_copy_fake_{n}", "return torch.empty_like(a0)", n, dict(ns)))
+
     class Tabled(opclass.CustomOp, name=f"{prefix}_oc{n}::tabled"):
         # Two providers of the same kernel: the declaration's order runs the first, a tuning table
         # (see _load_table) the second.
@@ -154,6 +165,10 @@ def _define_ops(n: int, prefix: str) -> dict[str, Any]:
         "providers": providers(False),
         "providers_predicate": providers(True),
         "tabled": Tabled,
+        "out_kernel": out_kernel,
+        "opclass_out": CopyOut,
+        "opclass_out_class": CopyOut.out,  # type: ignore[attr-defined]  # set by the class statement (out=True)
+        "opclass_out_ops": getattr(torch.ops, f"{prefix}_oc{n}").copy.out,
         "predicate": float32,
         "lib": lib,
         "opclass_ns": f"{prefix}_oc{n}",
@@ -193,10 +208,11 @@ def _drop(ops: dict[str, Any]) -> None:
     ops["lib"]._destroy()
 
 
-def _time(fn: Callable[..., Any], args: list[Any], min_run_time: float, inference: bool = False) -> float:
-    """Median seconds per call."""
+def _time(fn: Callable[..., Any], args: list[Any], min_run_time: float, inference: bool = False, kwargs: dict[str, Any] | None = None) -> float:
+    """Median seconds per call (``kwargs``: keyword arguments too, for every row of a scenario alike)."""
     setup = "ctx = torch.inference_mode(); ctx.__enter__()" if inference else "pass"
-    timer = tbench.Timer(stmt="fn(*args)", setup=setup, globals={"fn": fn, "args": args, "torch": torch})
+    stmt = "fn(*args, **kwargs)" if kwargs else "fn(*args)"
+    timer = tbench.Timer(stmt=stmt, setup=setup, globals={"fn": fn, "args": args, "kwargs": kwargs or {}, "torch": torch})
     return float(timer.blocked_autorange(min_run_time=min_run_time).median)
 
 
@@ -248,6 +264,11 @@ def run(min_run_time: float = 1.0, counts: tuple[int, ...] = (1, 14), device: st
             rows.append({"args": n, "scenario": scenario, "impl": impl, "us": us})
         for impl, us in _block_rows(ops["providers"], plain, min_run_time).items():
             rows.append({"args": n, "scenario": "providers", "impl": impl, "us": us})
+        # out=: the caller's buffer (the right shape: no resize), no input needing grad.
+        out = {"out": torch.empty(4, device=device)}
+        for impl, fn in (("direct", ops["out_kernel"]), ("opclass", ops["opclass_out"]), ("MyOp.out", ops["opclass_out_class"]), ("torch.ops .out", ops["opclass_out_ops"])):
+            us = _time(fn, plain, min_run_time, kwargs=out) * 1e6
+            rows.append({"args": n, "scenario": "out=", "impl": impl, "us": us})
         _drop(ops)
     return rows
 
@@ -462,6 +483,9 @@ def _lookup(rows: list[dict[str, Any]], n: int, scenario: str, impl: str) -> flo
     return float(next(r["us"] for r in rows if r["args"] == n and r["scenario"] == scenario and r["impl"] == impl))
 
 
+#: The limit, for every guard, on a class call with out= against a direct call of its out-style
+#: kernel: a no-grad call's (1 arg: no-grad / direct); the native guard's is 1.2.
+OUT_LIMIT = 1.5
 #: (name, scenario, impl, baseline scenario, baseline impl, limit, native-guard limit)
 _TARGETS = [
     ("no-grad / direct", "no-grad", "opclass", "no-grad", "direct", 2.0, 1.25),
@@ -497,6 +521,7 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         add("14 args: custom_op grad / opclass grad", _lookup(rows, 14, "grad", "custom_op") / _lookup(rows, 14, "grad", "opclass"), 8.0, None, ">=")
     if 1 in counts:
         add("1 arg: no-grad / direct", _lookup(rows, 1, "no-grad", "opclass") / _lookup(rows, 1, "no-grad", "direct"), 1.5, 1.15)
+        add("1 arg: out= / direct out kernel", _lookup(rows, 1, "out=", "opclass") / _lookup(rows, 1, "out=", "direct"), OUT_LIMIT, 1.2)
     return out
 
 
@@ -559,6 +584,7 @@ def done_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
         ("14 args: grad / Function C apply", ratio(14, "grad", "Function C apply"), 1.3, 1.1, ""),
         ("1 arg: grad / Function C apply", ratio(1, "grad", "Function C apply"), 1.3, None, ""),
         ("1 arg: no-grad / direct", ratio(1, "no-grad", "direct"), 1.5, 1.15, ""),
+        ("1 arg: out= / direct out kernel", ratio(1, "out=", "direct"), OUT_LIMIT, 1.2, ""),
         ("scale: 64 args / direct", scale_ratio("args", 64, "direct"), None, 1.4, ""),
         ("scale: list of 512 / direct", scale_ratio("list", 512, "direct"), None, 2.5, ""),
         ("scale: class / MyOp.op, every size", worst[0] if worst else None, 1.0, 1.0, worst[1] if worst else ""),
@@ -810,7 +836,9 @@ _LEGEND = (
     "            floor for a call that records grad; MyOp.op = the torch.ops overload; opclass = the class call MyOp(x)",
     "  scenario: no-grad = no input needs grad; grad = inputs need grad; inference_mode; mutable = the op writes",
     "            to an argument; guard fails (subclass) = a Tensor subclass, which the dispatcher must handle;",
-    "            torch.ops = each definition called through torch.ops",
+    "            torch.ops = each definition called through torch.ops; out= = an op whose kernel writes into a",
+    "            keyword-only out buffer (out-style), called with out=buf: direct = that kernel called with out=buf,",
+    "            opclass = MyOp(x, out=buf), MyOp.out = the .out overload's class, torch.ops .out = torch.ops.ns.op.out",
     "  native us, python us: median microseconds per call with that guard (opclass's check that a call is plain)",
     "  x direct: this row's time / the direct row's time in the same scenario",
 )

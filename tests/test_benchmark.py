@@ -76,6 +76,42 @@ def test_done_checks_differ_per_guard(measured: dict[str, Any]) -> None:
     assert python["scale: class / MyOp.op, every size"]["note"].startswith("worst: ")
 
 
+def test_out_rows_and_their_target(measured: dict[str, Any]) -> None:
+    """The out= scenario: four ways to call one out-style kernel, per argument count; the class
+    call's ratio to the direct call is a target (native guard: 1.2) and a done check."""
+    rows = measured["rows"]
+    for n in (1, 14):
+        out_rows = [r for r in rows if r["args"] == n and r["scenario"] == "out="]
+        assert [r["impl"] for r in out_rows] == ["direct", "opclass", "MyOp.out", "torch.ops .out"]
+        assert all(r["us"] > 0 for r in out_rows)
+    target = next(t for t in measured["targets"] if t["target"] == "1 arg: out= / direct out kernel")
+    expected = benchmark._lookup(rows, 1, "out=", "opclass") / benchmark._lookup(rows, 1, "out=", "direct")
+    assert target["ratio"] == pytest.approx(expected) and target["native_limit"] == 1.2
+    python = {c["check"]: c for c in _as_guard(measured, "python")["done"]}
+    native = {c["check"]: c for c in _as_guard(measured, "native")["done"]}
+    assert native["1 arg: out= / direct out kernel"]["limit"] == 1.2
+    assert python["1 arg: out= / direct out kernel"]["limit"] == benchmark.OUT_LIMIT
+
+
+def test_out_rows_call_the_out_kernel_into_the_buffer() -> None:
+    """What the out= rows time: each call writes the first argument into the caller's buffer and
+    returns it (the overload is .out, with the out-style kernel), as the direct call writes it."""
+    import torch
+
+    ops = benchmark._define_ops(1, "opclass_bench_test_out")
+    try:
+        x = torch.randn(4)
+        assert ops["opclass_out_ops"]._schema.overload_name == "out"
+        for fn in (ops["opclass_out"], ops["opclass_out_class"], ops["opclass_out_ops"]):
+            buf = torch.zeros(4)
+            assert fn(x, out=buf) is buf
+            assert torch.equal(buf, x)
+        buf = torch.zeros(4)
+        assert ops["out_kernel"](x, out=buf) is None and torch.equal(buf, x)
+    finally:
+        benchmark._drop(ops)
+
+
 def test_median_of_runs_recomputes_derived(measured: dict[str, Any]) -> None:
     runs = [_as_guard(measured, "python", f) for f in (1.0, 3.0, 2.0)]
     merged = benchmark.median_result(runs)

@@ -72,6 +72,7 @@ eager_autograd = _load("eager_autograd")
 triton_add = _load("triton_add")
 decoder_block = _load("decoder_block")
 providers_example = _load("providers")
+out_variants = _load("out_variants")
 NumpySin = numpy_sin.NumpySin
 if mutable_ops is not None:
     AddInto, Sin_, SinOut = mutable_ops.AddInto, mutable_ops.Sin_, mutable_ops.SinOut
@@ -87,6 +88,7 @@ SoftClip = eager_autograd.SoftClip
 TritonAdd = triton_add.TritonAdd
 RMSNorm, Rotary, SwiGLU, Attention = decoder_block.RMSNorm, decoder_block.Rotary, decoder_block.SwiGLU, decoder_block.Attention
 ProvidedRMSNorm = providers_example.RMSNorm
+OutRmsNorm = out_variants.RmsNorm
 
 
 # --------------------------------------------------------------------------- running the scripts
@@ -107,7 +109,7 @@ def test_example_script_runs(script: str) -> None:
 
 
 def test_examples_have_docstring_and_main() -> None:
-    for module in (numpy_sin, mutable_ops, list_inputs, factory, data_dependent, vmap_rule, variants, testing_ops, eager_autograd, triton_add, decoder_block):
+    for module in (numpy_sin, mutable_ops, list_inputs, factory, data_dependent, vmap_rule, variants, testing_ops, eager_autograd, triton_add, decoder_block, out_variants):
         if module is None:
             continue  # needs what this torch lacks
         stem = module.__name__
@@ -143,7 +145,11 @@ class Case:
 
     @property
     def cls(self) -> Any:
-        return getattr(_load(self.stem), self.cls_name)
+        # A dotted name reaches an overload's class: "RmsNorm.out" is RmsNorm's .out overload.
+        found: Any = _load(self.stem)
+        for part in self.cls_name.split("."):
+            found = getattr(found, part)
+        return found
 
 
 def _numpy_sin_fn(x: Tensor) -> Tensor:
@@ -227,6 +233,21 @@ def _swiglu_fn(gate: Tensor, up: Tensor) -> Tensor:
 
 def _attention_fn(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     return Attention(q, k, v) + 1
+
+
+def _out_rms_norm_fn(x: Tensor, w: Tensor) -> Tensor:
+    return OutRmsNorm(x, w, 1e-5) * 2
+
+
+def _out_rms_norm_out_fn(x: Tensor, w: Tensor, buf: Tensor) -> tuple[Tensor, Tensor]:
+    # The class call with out=: the .out overload, the caller's buffer written and returned.
+    y = OutRmsNorm(x, w, 1e-5, out=buf)
+    return y * 1, buf
+
+
+def _out_rms_norm_inplace_fn(x: Tensor, w: Tensor) -> tuple[Tensor, Tensor]:
+    y = OutRmsNorm.inplace(x, w, 1e-5) + 1
+    return y, x
 
 
 def _heads(*shape: int, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -366,6 +387,31 @@ CASES = [
         grad_inputs=lambda: (_heads(1, 2, 4, 4, dtype=torch.double), _heads(1, 2, 4, 4, dtype=torch.double), _heads(1, 2, 4, 4, dtype=torch.double)),
         grad_fn=_attention_fn,
     ),
+    # examples/out_variants.py: one out-style kernel serving the functional op and both overloads.
+    Case(
+        "out_variants_rms_norm", "out_variants", "RmsNorm",
+        samples=lambda: [((_r(2, 3, 8), _r(8), 1e-6), {}), ((_r(5, 4), torch.ones(4), 0.1), {}), ((_r(4, 6).t(), _r(4), 1e-5), {})],
+        inputs=lambda: (_r(2, 3, 8), _r(8)),
+        compile_fn=_out_rms_norm_fn,
+        grad_inputs=lambda: (_r(2, 3, 8, dtype=torch.double), _r(8, dtype=torch.double)),
+        grad_fn=_out_rms_norm_fn,
+    ),
+    Case(
+        "out_variants_rms_norm_out", "out_variants", "RmsNorm.out",
+        samples=lambda: [
+            ((torch.randn(2, 3, 8), torch.randn(8), 1e-6), {"out": torch.empty(2, 3, 8)}),
+            ((torch.randn(5, 4), torch.randn(4), 0.1), {"out": torch.empty(5, 4)}),
+            ((torch.randn(4, 6).t(), torch.randn(4), 1e-5), {"out": torch.empty(6, 4, dtype=torch.double)}),
+        ],
+        inputs=lambda: (torch.randn(2, 3, 8), torch.randn(8), torch.empty(2, 3, 8)),
+        compile_fn=_out_rms_norm_out_fn,
+    ),
+    Case(
+        "out_variants_rms_norm_inplace", "out_variants", "RmsNorm.inplace",
+        samples=lambda: [((torch.randn(2, 3, 8), torch.randn(8), 1e-6), {}), ((torch.randn(4, 6).t(), torch.randn(4), 0.1), {})],
+        inputs=lambda: (torch.randn(2, 3, 8), torch.randn(8)),
+        compile_fn=_out_rms_norm_inplace_fn,
+    ),
     *(
         Case(
             case_id, "variants", cls_name,
@@ -472,6 +518,26 @@ def test_compile_numpy_sin_inductor(fresh_dynamo: None) -> None:
     got.sum().backward()
     expected.sum().backward()
     torch.testing.assert_close(x.grad, x2.grad)
+
+
+@pytest.mark.slow
+def test_compile_out_variants_inductor(fresh_dynamo: None) -> None:
+    """Inductor lowers the functional op to its .out overload (and the in-place call to .inplace):
+    it works because eps has no default (see the example's docstring)."""
+    import torch._inductor.config
+
+    def fn(x: Tensor, w: Tensor, donated: Tensor) -> tuple[Tensor, Tensor]:
+        y = OutRmsNorm(x + 1, w, 1e-5) * 2
+        OutRmsNorm.inplace(donated, w, 1e-5)
+        return y, donated + 1
+
+    x, w, donated = torch.randn(4, 8), torch.randn(8), torch.randn(4, 8)
+    expected_donated = out_variants.rms_norm_reference(donated, w, 1e-5)
+    with torch._inductor.config.patch(fx_graph_cache=False):
+        y, after = torch.compile(fn, fullgraph=True, backend="inductor")(x, w, donated)
+    torch.testing.assert_close(y, out_variants.rms_norm_reference(x + 1, w, 1e-5) * 2)
+    torch.testing.assert_close(donated, expected_donated)  # written, as in eager mode
+    torch.testing.assert_close(after, expected_donated + 1)
 
 
 # --------------------------------------------------------------------------- torch.export

@@ -458,8 +458,9 @@ PyObject* op_vectorcall(PyObject* cls, PyObject* const* args, size_t nargsf, PyO
   Py_ssize_t nkw = kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0;
   PyObject* fast = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(cls), fast_name);  // borrowed
   Py_ssize_t size = fast != nullptr && PyTuple_CheckExact(fast) ? PyTuple_GET_SIZE(fast) : 0;
-  // Keywords only where the entry takes exactly those (an out= overload's buffers, in order).
-  if (size >= 9 && (nkw == 0 || (size > 9 && same_names(PyTuple_GET_ITEM(fast, 9), kwnames)))) {
+  // Keywords only where the entry takes exactly those (an out= overload's buffers, in order; a
+  // None among them is "not passed": the generated call decides).
+  if (size >= 9 && (nkw == 0 || (size > 9 && same_names(PyTuple_GET_ITEM(fast, 9), kwnames) && std::none_of(args + nargs, args + nargs + nkw, [](PyObject* v) { return v == Py_None; })))) {
     PyObject* route = nkw > 0 && size > 10 ? PyTuple_GET_ITEM(fast, 10) : Py_None;
     // Held: the kernel may run another thread that redefines the op and drops the class's entry.
     Py_INCREF(fast);

@@ -287,6 +287,8 @@ class OpBuilder:
             return self._parse(qualname, self.inherited_schema, None)
         if not derived:
             hook, fn = next((h, fn) for h, fn in self.kernels.items() if h not in self.hooks or self.hooks[h].backend)
+            if (style := conventions.style_of(fn)) != "functional":
+                self.fail(hook, f"is written {style}-style, whose parameters are not the op's, and no kernel's annotations or schema= give the op's schema", "define abstract, annotated with the op's parameters and outputs (it allocates the outputs too)", fn)
             self.fail(hook, "has no type annotations and the class gives no schema=", "annotate the kernel (x: Tensor) -> Tensor, or pass schema='(Tensor x) -> Tensor'", fn)
         self.schema_text = derived[0][1]
         return derived[0][2]

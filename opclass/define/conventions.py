@@ -3,8 +3,8 @@ and each kernel is written in any of the three styles (:func:`style`).
 
 What is declared, and checked at class creation: the class keywords ``out=True`` (an ``.out``
 overload: the functional arguments, then keyword-only ``Tensor(a!) out`` per output, returning
-them) and ``inplace=("x", ...)`` (an ``.inplace`` overload that writes its results into those
-arguments and returns them), the overloads' schemas (derived here from the functional one), and
+them) and ``inplace=("x", ...)`` (an in-place op ``ns::name_``, named as torch names its own,
+``add_``, that writes its results into those arguments and returns them), the overloads' schemas (derived here from the functional one), and
 each kernel's style. The install layer adapts each kernel to each overload
 (:mod:`opclass.install.conventions`).
 
@@ -34,7 +34,7 @@ from opclass.define.schema import python_signature
 if TYPE_CHECKING:
     from opclass.define.spec import OpSpec
 
-__all__ = ["STYLE", "STYLES", "Convention", "style", "style_of", "out_names", "out_schema", "inplace_schema", "problem", "forms", "with_siblings", "inductor_trap"]
+__all__ = ["STYLE", "STYLES", "Convention", "style", "style_of", "out_names", "out_schema", "inplace_schema", "problem", "forms", "named", "with_siblings", "inductor_trap"]
 
 #: The attribute :func:`style` sets on a kernel.
 STYLE = "__opclass_style__"
@@ -139,7 +139,7 @@ def out_schema(schema: torch._C.FunctionSchema, text: str | None = None) -> str:
 
 
 def inplace_schema(schema: torch._C.FunctionSchema, donated: Sequence[str], text: str | None = None) -> str:
-    """The ``.inplace`` overload's schema: ``donated`` written and returned, in that order."""
+    """The in-place op's schema: ``donated`` written and returned, in that order."""
     letters = dict(zip(donated, _letters(len(donated))))
     returns = [f"Tensor({letters[n]}!)" for n in donated]
     return f"({', '.join(_params(schema, letters, text))}) -> {returns[0] if len(returns) == 1 else '(' + ', '.join(returns) + ')'}"
@@ -177,10 +177,21 @@ def problem(schema: torch._C.FunctionSchema, out: bool, donated: Sequence[str], 
 def forms(qualname: str, schema: torch._C.FunctionSchema, text: str, donated: Sequence[str]) -> dict[str, tuple[str, str]]:
     """Per overload kind: its qualified name and schema text, for the functional op ``qualname``
     (the ``.out`` form always: out-style kernels are checked against it)."""
+    found = {"out": out_schema(schema, text), **({"inplace": inplace_schema(schema, donated, text)} if donated else {})}
+    return {kind: (named(qualname, kind), t) for kind, t in found.items()}
+
+
+def named(qualname: str, kind: str) -> str:
+    """The qualified name of the functional op ``qualname``'s other overload ``kind``: ``ns::op.out``
+    (``ns::op.ovl_out``); the in-place one is an op of its own, ``ns::op_`` (``ns::op_.ovl``), as
+    torch names in-place ops. (As an overload of ``ns::op`` its schema would differ from the
+    functional one in alias annotations only, and torch's operator registry cannot take such a
+    pair apart again: removing or redefining the op would corrupt it.)"""
     ns, _, rest = qualname.partition("::")
     name, _, overload = rest.partition(".")
-    found = {"out": out_schema(schema, text), **({"inplace": inplace_schema(schema, donated, text)} if donated else {})}
-    return {kind: (f"{ns}::{name}.{overload + '_' if overload else ''}{kind}", t) for kind, t in found.items()}
+    if kind == "inplace":
+        return f"{ns}::{name}_" + (f".{overload}" if overload else "")
+    return f"{ns}::{name}.{overload + '_' if overload else ''}{kind}"
 
 
 def with_siblings(spec: OpSpec, out: bool, donated: tuple[str, ...], parsed: Mapping[str, tuple[str, torch._C.FunctionSchema, Arguments]], carried: Mapping[str, Any]) -> OpSpec:
@@ -190,12 +201,13 @@ def with_siblings(spec: OpSpec, out: bool, donated: tuple[str, ...], parsed: Map
     made = []
     for kind in [k for k, on in (("out", out), ("inplace", bool(donated))) if on]:
         text, schema, table = parsed[kind]
-        overload = f"{spec.overload}_{kind}" if spec.overload else kind
+        qualname = named(spec.qualname, kind)
+        name, _, overload = qualname.partition("::")[2].partition(".")
         # Tagged as torch's own out= and in-place overloads are, where this torch has the tags.
         tag = OUT_TAG if kind == "out" else INPLACE_TAG if donated == (table.positional[0].name,) else None
         tags = (*spec.tags, *([tag] if tag is not None else []))
         made.append(dataclasses.replace(
-            spec, qualname=f"{spec.namespace}::{spec.name}.{overload}", overload=overload, schema_str=text, schema=schema, arguments=table,
+            spec, qualname=qualname, name=name, overload=overload, schema_str=text, schema=schema, arguments=table,
             signature=python_signature(table, schema), tags=tags, defined_tags=tuple(dict.fromkeys((*spec.defined_tags, *tags))), hooks=dict(carried),
             cls_name=f"{spec.cls_name}.{kind}", is_inplace=tagged_inplace(tags), is_out=kind == "out", convention=dataclasses.replace(base, kind=kind),
         ))

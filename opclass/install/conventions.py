@@ -28,11 +28,12 @@ import torch
 from opclass.define.conventions import style_of
 from opclass.define.hookspec import Hook
 from opclass.errors import definition_error
+from opclass.install.fake import register_fake
 
 if TYPE_CHECKING:
     from opclass.install.record import OpRecord
 
-__all__ = ["adapted", "check_allocation", "copy_out", "functionalize", "WRITES"]
+__all__ = ["adapted", "check_allocation", "copy_out", "functionalize", "out_fake", "WRITES"]
 
 #: Set on an adapter of a kernel written in its overload's own style: ``(the adapter, that kernel)``
 #: (the adapter only returns what it wrote; the C entry returns it itself).
@@ -58,6 +59,14 @@ def _adapt(record: OpRecord, fn: Kernel, base: Callable[[], OpRecord | None]) ->
     conv, table = record.convention, record.arguments
     donated = [(table[n].index if not table[n].keyword_only else None, n) for n in conv.donated]
     outs = conv.outs
+
+    def given(kwargs: Mapping[str, Any]) -> list[Any]:
+        """The out buffers, where each is a Tensor (``None`` passes the dispatcher's parsing)."""
+        found = [kwargs[n] for n in outs]
+        for n, v in zip(outs, found):
+            if v is None:
+                raise RuntimeError(f"Expected a proper Tensor but got None (or an undefined Tensor in C++) for argument #{table[n].index} {n!r}")
+        return found
 
     def values(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
         return [args[i] if i is not None and i < len(args) else kwargs[n] for i, n in donated]
@@ -92,6 +101,8 @@ def _adapt(record: OpRecord, fn: Kernel, base: Callable[[], OpRecord | None]) ->
         only = outs[0]
 
         def kernel(*args: Any, **kwargs: Any) -> Any:
+            if kwargs[only] is None:
+                given(kwargs)
             fn(*args, **kwargs)
             return kwargs[only]
 
@@ -99,12 +110,14 @@ def _adapt(record: OpRecord, fn: Kernel, base: Callable[[], OpRecord | None]) ->
 
         def kernel(*args: Any, **kwargs: Any) -> Any:
             fn(*args, **kwargs)
-            return tuple([kwargs[n] for n in outs])
+            return tuple(given(kwargs))
 
     elif want == "out":
 
         def kernel(*args: Any, **kwargs: Any) -> Any:
-            buffers = [kwargs.pop(n) for n in outs]
+            buffers = given(kwargs)
+            for n in outs:
+                del kwargs[n]
             result = functional(args, kwargs)
             for r, o in zip(result if isinstance(result, tuple) else (result,), buffers):
                 copy_out(r, o)
@@ -185,6 +198,11 @@ def functionalize(record: OpRecord, base: Callable[[], OpRecord | None]) -> None
             results = functional.op(*inner[0], **inner[1])
         written = record.outputs.aliased(args, kwargs, tuple)
         for w, r in zip(written, results if isinstance(results, tuple) else (results,)):
+            if outs and w.shape != r.shape:
+                if not all(type(d) is int for d in r.shape):
+                    # Functionalization resizes to static sizes only (torch's own out= lowering does not resize at all).
+                    raise RuntimeError(f"{record.qualname}: an out= buffer of shape {list(w.shape)} for an output of shape {list(r.shape)}: traced with symbolic sizes, the buffer must have the output's shape already")
+                w.resize_(r.shape)  # as out= resizes
             torch._functionalize_replace(w, r)
             torch._functionalize_commit_update(w)
             torch._functionalize_sync(w)
@@ -198,3 +216,22 @@ def _current(t: torch.Tensor) -> torch.Tensor:
         return t
     torch._functionalize_sync(t)
     return torch._from_functional_tensor(t)
+
+
+def out_fake(record: OpRecord, base: Callable[[], OpRecord | None]) -> None:
+    """The ``.out`` overload's fake kernel: the functional op's, its outputs' shapes given to the
+    buffers (resized, as ``out=`` resizes them)."""
+    if record.convention.kind != "out":
+        return
+    outs, aliased = record.convention.outs, record.outputs.aliased
+
+    def fake(*args: Any, **kwargs: Any) -> Any:
+        functional = base()
+        assert functional is not None and functional.fake is not None
+        results = functional.fake(*args, **{k: v for k, v in kwargs.items() if k not in outs})
+        for n, r in zip(outs, results if isinstance(results, tuple) else (results,)):
+            if kwargs[n].shape != r.shape:
+                kwargs[n].resize_(r.shape)
+        return aliased(args, kwargs)
+
+    register_fake(record, fake)

@@ -56,6 +56,7 @@ def install(spec: OpSpec, replacing: OpRecord | None = None) -> OpRecord | None:
         conventions.check_allocation(record, base())
         record.table.register()  # each slot once, from every hook's entries
         conventions.functionalize(record, base)
+        conventions.out_fake(record, base)  # before the fallbacks: abstract's then generates none
         for hook in spec.registry:
             if hook.fallback is not None and hook.name not in spec.hooks:
                 lib.installing = hook.name

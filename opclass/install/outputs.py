@@ -90,15 +90,20 @@ class Contract:
     :meth:`finish` is the whole rule; ``single`` says when a fresh result is final without it (the
     op returns one Tensor, not an argument of its own)."""
 
-    __slots__ = ("kind", "n_returns", "single", "is_exact", "convert", "outs", "returned")
+    __slots__ = ("kind", "n_returns", "single", "is_exact", "convert", "outs", "returned", "wrong")
 
     def __init__(self, schema: torch._C.FunctionSchema, tags: Sequence[torch.Tag], written: Sequence[str] = ()) -> None:
         kinds = returns_of(schema)
         self.is_exact = exact_predicate(kinds)
         #: ``(index, name)`` of the written argument each return is (``-> (Tensor(a!), Tensor(b!))``).
         self.returned = written_returns(schema)
-        tagged = "inplace" if tagged_inplace(tags) else "out" if tagged_out(tags) else None
-        self.kind = tagged or ("written" if self.returned else "functional" if schema.returns else "none")
+        # What a kernel returning something else is told: torch's words where the op has its tag.
+        self.wrong = (
+            "an operator tagged with torch.Tag.inplace must return its first argument." if tagged_inplace(tags)
+            else "an operator tagged with torch.Tag.out must return its mutable keyword-only arguments." if tagged_out(tags)
+            else f"the op's schema says it returns the arguments it writes ({', '.join(n for _, n in self.returned)}), in that order; the kernel returned other values."
+        )
+        self.kind = "written" if self.returned else "functional" if schema.returns else "none"
         self.n_returns = len(schema.returns)
         # A fresh Tensor cannot alias an input, mutated ones included: final as it is.
         self.single = self.kind == "functional" and kinds == ("Tensor",)
@@ -122,20 +127,10 @@ class Contract:
         elif self.kind == "none":
             if out is not None:
                 self.convert(where, out)  # raises, naming the op and the hook
-        elif self.kind == "written":
+        else:  # it returns the arguments it writes (in place, out=)
             got = out if isinstance(out, tuple) else (out,)
             if len(got) != len(self.returned) or any(g is not w for g, w in zip(got, self.aliased(args, kwargs, tuple))):
-                names = ", ".join(n for _, n in self.returned)
-                raise RuntimeError(f"{where}: the op's schema says it returns the arguments it writes ({names}), in that order; the kernel returned other values.")
-            out = out if self.is_exact(out) else self.convert(where, out)
-        elif self.kind == "inplace":
-            if out is not args[0]:
-                raise RuntimeError(f"{where}: an operator tagged with torch.Tag.inplace must return its first argument.")
-            out = out if type(out) is torch.Tensor else self.convert(where, out)
-        else:
-            got = out if isinstance(out, tuple) else (out,)
-            if len(got) != len(self.outs) or any(r is not kwargs[n] for r, n in zip(got, self.outs)):
-                raise RuntimeError(f"{where}: an operator tagged with torch.Tag.out must return its mutable keyword-only arguments.")
+                raise RuntimeError(f"{where}: {self.wrong}")
             out = out if self.is_exact(out) else self.convert(where, out)
         return out
 
