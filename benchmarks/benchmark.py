@@ -167,7 +167,7 @@ def _define_ops(n: int, prefix: str) -> dict[str, Any]:
         "tabled": Tabled,
         "out_kernel": out_kernel,
         "opclass_out": CopyOut,
-        "opclass_out_class": CopyOut.out,  # type: ignore[attr-defined]  # set by the class statement (out=True)
+        "opclass_out_class": CopyOut.out,
         "opclass_out_ops": getattr(torch.ops, f"{prefix}_oc{n}").copy.out,
         "predicate": float32,
         "lib": lib,

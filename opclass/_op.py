@@ -200,6 +200,11 @@ class CustomOp(metaclass=OpMeta):
         @staticmethod
         def _abstract_op_base_has_no_kernel(_abstract_op_base_has_no_kernel: Never, /) -> Never: ...
 
+        #: ``out=True`` / ``inplace=``: the classes calling the op's ``.out`` overload and its
+        #: in-place op (what they take is not known statically).
+        out: ClassVar[Any]
+        inplace: ClassVar[Any]
+
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         # Eager calls go through OpMeta.__call__ and never get here. torch.compile reads a call
         # of a live op class as a call of its op (callpath/dynamo.py); it traces this only where

@@ -24,7 +24,7 @@ from mypy.nodes import ARG_NAMED, ARG_NAMED_OPT, ARG_OPT, ARG_POS, Argument, Byt
 from mypy.nodes import CallExpr, RefExpr, StrExpr, TypeInfo, Var
 from mypy.messages import pretty_callable
 from mypy.plugin import ClassDefContext, FunctionContext, FunctionSigContext, Plugin, SemanticAnalyzerPluginInterface
-from mypy.plugins.common import add_attribute_to_class, add_method_to_class
+from mypy.plugins.common import add_method_to_class
 from mypy.semanal_shared import has_placeholder
 from mypy.subtypes import is_subtype
 from mypy.types import AnyType, CallableType, FunctionLike, NoneType, TupleType, Type, TypeOfAny, TypeType, UnionType, get_proper_type
@@ -102,9 +102,6 @@ def _add_signature(ctx: ClassDefContext) -> None:
         Argument(Var(name or f"__arg{i}", typ), typ, EllipsisExpr() if kind.is_optional() else None, kind)
         for i, (name, typ, kind) in enumerate(zip(sig.arg_names, sig.arg_types, sig.arg_kinds))
     ]
-    for kind in ("out", "inplace"):  # out=True, inplace=(...): MyOp.out, MyOp.inplace call those overloads
-        if kind in ctx.cls.keywords:
-            add_attribute_to_class(ctx.api, ctx.cls, kind, AnyType(TypeOfAny.special_form))
     given = ctx.cls.keywords.get("out")
     if isinstance(given, NameExpr) and given.fullname == "builtins.True":
         # MyOp(x, out=buf): one optional keyword per output, named as the .out overload names them.

@@ -458,14 +458,19 @@ PyObject* op_vectorcall(PyObject* cls, PyObject* const* args, size_t nargsf, PyO
   Py_ssize_t nkw = kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0;
   PyObject* fast = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(cls), fast_name);  // borrowed
   Py_ssize_t size = fast != nullptr && PyTuple_CheckExact(fast) ? PyTuple_GET_SIZE(fast) : 0;
-  // Keywords only where the entry takes exactly those (an out= overload's buffers, in order; a
-  // None among them is "not passed": the generated call decides).
-  if (size >= 9 && (nkw == 0 || (size > 9 && same_names(PyTuple_GET_ITEM(fast, 9), kwnames) && std::none_of(args + nargs, args + nargs + nkw, [](PyObject* v) { return v == Py_None; })))) {
-    PyObject* route = nkw > 0 && size > 10 ? PyTuple_GET_ITEM(fast, 10) : Py_None;
+  // keywords: the out buffers' names, which the .out overload's entry takes by keyword only (in
+  // that order), and the functional op's call routes to the class of `route` (a None among them
+  // is "not passed": the generated call decides).
+  PyObject* keywords = size > 9 ? PyTuple_GET_ITEM(fast, 9) : Py_None;
+  PyObject* route = size > 10 ? PyTuple_GET_ITEM(fast, 10) : Py_None;
+  bool buffers = nkw > 0 && keywords != Py_None && same_names(keywords, kwnames) &&
+                 std::none_of(args + nargs, args + nargs + nkw, [](PyObject* v) { return v == Py_None; });
+  bool takes_keywords = keywords != Py_None && route == Py_None;
+  if (size >= 9 && (takes_keywords ? buffers : nkw == 0 || (buffers && route != Py_None))) {
     // Held: the kernel may run another thread that redefines the op and drops the class's entry.
     Py_INCREF(fast);
     PyObject* result = nullptr;
-    if (route != Py_None) {
+    if (nkw > 0 && route != Py_None) {
       // MyOp(x, out=buf): the .out overload's class, whose entry takes these keywords.
       result = op_vectorcall(route, args, nargsf, kwnames);
       Py_DECREF(fast);

@@ -122,3 +122,16 @@ class Provided(CustomOp, name="typing_cases::provided"):
     @staticmethod
     def fast(x: Tensor, k: float = 1.0) -> Tensor:
         return x * k
+
+
+class Norm(CustomOp, name="typing_cases::norm", out=True, inplace=("x",)):
+    """An out-style kernel: type checkers take the signature from abstract, the functional one."""
+
+    @staticmethod
+    @opclass.style("out")
+    def cpu(x: Tensor, eps: float, *, out: Tensor) -> None:
+        torch.mul(x, eps, out=out)
+
+    @staticmethod
+    def abstract(x: Tensor, eps: float) -> Tensor:
+        return torch.empty_like(x)
