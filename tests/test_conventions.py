@@ -929,3 +929,70 @@ def test_remove_takes_every_overload(ns: str) -> None:
     assert [_has(ns, k) for k in _ALL] == [False, False, False]
     for call in (lambda: Double(torch.ones(2)), lambda: Double.out(torch.ones(2), out=torch.empty(2)), lambda: Double.inplace(torch.ones(2))):
         assert first_line(error_of(call)).endswith("was removed; define its class again to use it")
+
+
+# --------------------------------------------------------------------------- 9. deployment, debug mode, the Inductor trap
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_decompositions_cover_every_overload(ns: str, style: str) -> None:
+    """A decomposed program calls no op of the class, whichever overload it was exported with."""
+
+    class Rms(CustomOp, name=f"{ns}::rms", out=True, inplace=("x",)):
+        cpu = _rms_kernel(style, [])
+
+        @staticmethod
+        def abstract(x: Tensor, w: Tensor, eps: float) -> Tensor:
+            return torch.empty_like(x)
+
+        @staticmethod
+        def reference(x: Tensor, w: Tensor, eps: float) -> Tensor:
+            return rms_norm(x, w, eps)
+
+    class Program(torch.nn.Module):
+        def forward(self, x: Tensor, w: Tensor) -> Tensor:
+            buf = torch.empty_like(x)
+            Rms(x, w, EPS, out=buf)
+            donated = x.clone()
+            Rms.inplace(donated, w, EPS)
+            return Rms(x, w, EPS) + buf + donated
+
+    x, w, _ = inputs("rms")
+    table = opclass.decompositions(Rms, Rms.out, Rms.inplace, base=torch.export.default_decompositions())
+    assert {Rms.op, Rms.out.op, Rms.inplace.op} <= set(table)
+    decomposed = torch.export.export(Program(), (x, w)).run_decompositions(table)
+    targets = {str(n.target) for n in decomposed.graph.nodes if n.op == "call_function"}
+    assert not any(ns in t for t in targets), targets
+    torch.testing.assert_close(decomposed.module()(x, w), 3 * rms_norm(x, w, EPS))
+
+
+def test_debug_mode_checks_every_overload(ns: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Debug mode holds each overload's kernel to its contract: a write the overload does not
+    declare is named, on the functional op and on the .out overload alike."""
+    monkeypatch.setenv("OPCLASS_DEBUG", "1")
+
+    class Leaky(CustomOp, name=f"{ns}::leaky", out=True, inplace=("x",)):
+        @staticmethod
+        def cpu(x: Tensor, w: Tensor) -> Tensor:
+            w.add_(0)  # writes w, which no overload declares
+            return x * w
+
+    x, w = torch.ones(2), torch.ones(2)
+    for call in (lambda: Leaky(x, w), lambda: Leaky(x, w, out=torch.empty(2)), lambda: Leaky.inplace(x.clone(), w)):
+        with pytest.raises(RuntimeError, match="wrote to 'w'"):
+            call()
+
+
+def test_out_with_a_defaulted_parameter_warns_of_inductors_bug(ns: str) -> None:
+    """torch 2.13 to 2.15's Inductor passes a defaulted argument twice to the .out overload it
+    lowers to: the class statement says so, naming the parameters; without a default it is silent."""
+    with pytest.warns(UserWarning, match=r"default value twice.*\('eps'\)") if missing_tags("out") is None else contextlib.nullcontext():
+
+        class Defaulted(CustomOp, name=f"{ns}::defaulted", out=True):
+            @staticmethod
+            def cpu(x: Tensor, eps: float = 1e-6) -> Tensor:
+                return x + eps
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rms_class(ns)

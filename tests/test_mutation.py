@@ -4,12 +4,13 @@ autograd seeing the writes."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import pytest
 import torch
 from torch import Tensor
 
+import opclass
 from opclass import CustomOp
 from opclass._harness import call_paths
 
@@ -294,3 +295,46 @@ def test_a_logger_declaring_a_write_runs_on_parameters_as_custom_op_runs_it(ns: 
         assert a.grad is not None and a.grad.tolist() == [8.0] * 3
     finally:
         twin._lib._destroy()
+
+
+def test_alias_annotations_declare_the_written_arguments_an_op_returns(ns: str) -> None:
+    """``Annotated[Tensor, opclass.Alias("x")]``: the schema says the op returns its written
+    argument, without a schema string; every route returns the arguments themselves, and a kernel
+    that returns anything else is named."""
+    class AddBoth(CustomOp, name=f"{ns}::add_both", mutates_args=("x", "y")):
+        @staticmethod
+        def cpu(x: Tensor, y: Tensor) -> tuple[Annotated[Tensor, opclass.Alias("x")], Annotated[Tensor, opclass.Alias("y")]]:
+            x.add_(1)
+            y.add_(2)
+            return x, y
+
+    assert AddBoth.schema == "(Tensor(a0!) x, Tensor(a1!) y) -> (Tensor(a0!), Tensor(a1!))"
+    for call in call_paths(AddBoth).values():
+        x, y = torch.zeros(1), torch.zeros(1)
+        got = call(x, y)
+        assert got[0] is x and got[1] is y and (x.item(), y.item()) == (1.0, 2.0)
+
+    class Swapped(CustomOp, name=f"{ns}::swapped", mutates_args=("x", "y")):
+        @staticmethod
+        def cpu(x: Tensor, y: Tensor) -> tuple[Annotated[Tensor, opclass.Alias("x")], Annotated[Tensor, opclass.Alias("y")]]:
+            return y, x
+
+    for call in call_paths(Swapped).values():
+        with pytest.raises(RuntimeError, match=r"returns the arguments it writes \(x, y\), in that order"):
+            call(torch.zeros(1), torch.zeros(1))
+
+
+@pytest.mark.parametrize(
+    ("returns", "mutates", "problem"),
+    [
+        ("Annotated[Tensor, opclass.Alias('x')]", (), "declares a view"),
+        ("Annotated[Tensor, opclass.Alias('k')]", ("x",), "'k' is no Tensor parameter"),
+        ("Annotated[Tensor, opclass.Alias('z')]", ("x",), "'z' is no Tensor parameter"),
+        ("Annotated[float, opclass.Alias('x')]", ("x",), "annotates float, not a Tensor"),
+    ],
+)
+def test_an_alias_annotation_that_cannot_hold_is_refused(ns: str, returns: str, mutates: tuple[str, ...], problem: str) -> None:
+    namespace: dict[str, Any] = {"Annotated": Annotated, "Tensor": Tensor, "opclass": opclass, "torch": torch}
+    exec(f"def cpu(x: Tensor, k: float) -> {returns}:\n    return x\n", namespace)  # noqa: S102 - the annotation under test
+    with pytest.raises(opclass.OpDefinitionError, match=problem):
+        type(CustomOp)("Bad", (CustomOp,), {"cpu": staticmethod(namespace["cpu"])}, name=f"{ns}::bad", mutates_args=mutates)

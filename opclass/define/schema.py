@@ -73,6 +73,9 @@ def derive(fn: Any, mutates_args: Sequence[str], tags: Sequence[torch.Tag]) -> s
     def alias(name: str) -> str:
         if name not in names or not param_type(annotations.get(name, type(None))).startswith("Tensor"):
             raise SchemaProblem(f"the return is annotated opclass.Alias({name!r}), and {name!r} is no Tensor parameter", f"name one of {', '.join(names)}")
+        if name not in mutates_args:  # a view of the argument: said so on both sides (and refused as views are)
+            i = next(i for i, p in enumerate(params) if p.split(" ")[-1].partition("=")[0] == name)
+            params[i] = params[i].replace("Tensor", f"Tensor(a{names.index(name)})", 1)
         return f"Tensor(a{names.index(name)}{'!' if name in mutates_args else ''})"
 
     ret = return_type(annotations["return"], alias)
