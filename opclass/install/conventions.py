@@ -83,16 +83,16 @@ def _adapt(record: OpRecord, fn: Kernel, base: Callable[[], OpRecord | None]) ->
             buffers = allocated if isinstance(allocated, tuple) else (allocated,)
             fn(*args, **kwargs, **dict(zip(outs, buffers)))
             return allocated
-        given, kwargs = list(args), dict(kwargs)  # in place: into clones of the arguments it writes
+        positional, kwargs = list(args), dict(kwargs)  # in place: into clones of the arguments it writes
         clones = []
         for i, n in donated:
-            if i is not None and i < len(given):
-                given[i] = given[i].clone()
-                clones.append(given[i])
+            if i is not None and i < len(positional):
+                positional[i] = positional[i].clone()
+                clones.append(positional[i])
             else:
                 kwargs[n] = kwargs[n].clone()
                 clones.append(kwargs[n])
-        fn(*given, **kwargs)
+        fn(*positional, **kwargs)
         return shaped(clones)
 
     if want == "functional":
@@ -109,8 +109,9 @@ def _adapt(record: OpRecord, fn: Kernel, base: Callable[[], OpRecord | None]) ->
     elif want == "out" and have == "out":
 
         def kernel(*args: Any, **kwargs: Any) -> Any:
+            buffers = given(kwargs)
             fn(*args, **kwargs)
-            return tuple(given(kwargs))
+            return tuple(buffers)
 
     elif want == "out":
 

@@ -176,11 +176,15 @@ def check_mutation(record: OpRecord, args: tuple[Any, ...], kwargs: dict[str, An
 
 def _write_with_history(record: OpRecord, name: str, why: str) -> str:
     formula = f" ({record.formula.missing})" if record.formula is not None and record.formula.missing else ""
+    # An .out or in-place overload of a class statement's op: its functional op is the differentiable one.
+    instead = (
+        f"call the functional op {record.convention.base} instead (it is differentiable)" if record.convention.kind != "functional"
+        else f"make the op functional (return a new Tensor instead of writing to {name!r}) with an autograd formula{formula}"
+    )
     return (
         f"{record.qualname} ({record.cls_name}): the op writes to {name!r}, which requires grad and has autograd history, "
         f"{why}: autograd cannot record a custom op's write. Pass a Tensor that does not require grad ({name}.detach(), "
-        f"or call under torch.no_grad()), or make the op functional (return a new Tensor instead of writing to {name!r}) "
-        f"with an autograd formula{formula}."
+        f"or call under torch.no_grad()), or {instead}."
     )
 
 
