@@ -368,7 +368,7 @@ def c_entry(record: OpRecord) -> tuple[Any, ...] | None:
     spec = "".join(a.kind.entry or "" for a in table).encode()
     choosing = any(k.choice is not None for k in plan.kernels.values())
     entry = (spec, record.outputs.single, *kernels, *applies, finish_entry, orders.BLOCK if choosing else None, _closure_key(record) if choosing else None)
-    out = lookup(dict(record.convention.siblings).get("out", ""))
+    out = lookup(dict(record.convention.siblings)["out"]) if "out" in dict(record.convention.siblings) else None
     route = out.owner() if out is not None and not keywords else None
     if written or route is not None:
         returned = record.outputs.returned[0][0] if len(record.outputs.returned) == 1 else -1

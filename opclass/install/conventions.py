@@ -33,7 +33,7 @@ from opclass.install.fake import register_fake
 if TYPE_CHECKING:
     from opclass.install.record import OpRecord
 
-__all__ = ["adapted", "check_allocation", "copy_out", "functionalize", "out_fake", "WRITES"]
+__all__ = ["adapted", "install", "copy_out", "WRITES"]
 
 #: Set on an adapter of a kernel written in its overload's own style: ``(the adapter, that kernel)``
 #: (the adapter only returns what it wrote; the C entry returns it itself).
@@ -147,6 +147,14 @@ def _adapt(record: OpRecord, fn: Kernel, base: Callable[[], OpRecord | None]) ->
     return kernel
 
 
+def install(record: OpRecord, base: Callable[[], OpRecord | None]) -> None:
+    """What an overload of a class statement with conventions registers beside its kernels: the
+    allocation check, the Functionalize kernel and the ``.out`` overload's fake kernel."""
+    _check_allocation(record, base())
+    _functionalize(record, base)
+    _out_fake(record, base)
+
+
 def _allocator(base: Callable[[], OpRecord | None]) -> Kernel:
     record = base()
     if record is None or record.fake is None:
@@ -154,7 +162,7 @@ def _allocator(base: Callable[[], OpRecord | None]) -> Kernel:
     return record.fake
 
 
-def check_allocation(record: OpRecord, base: OpRecord | None) -> None:
+def _check_allocation(record: OpRecord, base: OpRecord | None) -> None:
     """A functional call of an out-style kernel allocates with the op's own fake kernel (``abstract``):
     refuse the class where it has none (one opclass generates would run the kernel itself)."""
     for hook in record.spec.registry:
@@ -179,7 +187,7 @@ def copy_out(result: torch.Tensor, out: torch.Tensor, resize: bool = True) -> No
     _safe_copy_out(copy_from=result, copy_to=out, exact_dtype=False)
 
 
-def functionalize(record: OpRecord, base: Callable[[], OpRecord | None]) -> None:
+def _functionalize(record: OpRecord, base: Callable[[], OpRecord | None]) -> None:
     """The overload's kernel at the Functionalize key: the functional op, its results then written
     into the out buffers or the written arguments, as torch's own ``out=`` and in-place ops are
     functionalized. torch.compile and torch.export trace the functional op (which decompositions
@@ -219,7 +227,7 @@ def _current(t: torch.Tensor) -> torch.Tensor:
     return torch._from_functional_tensor(t)
 
 
-def out_fake(record: OpRecord, base: Callable[[], OpRecord | None]) -> None:
+def _out_fake(record: OpRecord, base: Callable[[], OpRecord | None]) -> None:
     """The ``.out`` overload's fake kernel: the functional op's, its outputs' shapes given to the
     buffers (resized, as ``out=`` resizes them)."""
     if record.convention.kind != "out":

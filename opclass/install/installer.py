@@ -43,20 +43,21 @@ def install(spec: OpSpec, replacing: OpRecord | None = None) -> OpRecord | None:
         undo_hooks(replacing)  # before the new ones install theirs, which may have the same keys
     open_library(record, replacing.lib if replacing is not None else None)
     lib = record.lib
+    # The class statement has out=, inplace= or a kernel of another style (opclass.style).
+    conventional = bool(spec.convention.base)
     base: Callable[[], OpRecord | None] = (lambda: record) if spec.convention.kind == "functional" else (lambda: lookup(spec.convention.base))
     try:
         for hook in spec.registry:
             if hook.name in spec.hooks:
-                value = conventions.adapted(record, hook, spec.hooks[hook.name], base)
+                value = conventions.adapted(record, hook, spec.hooks[hook.name], base) if conventional else spec.hooks[hook.name]
                 if hook.uninstall is not None:
                     # Registered before install: a half-done install is undone too.
                     record.cleanups.append(functools.partial(hook.uninstall, record, value))
                 lib.installing = hook.name
                 hook.install(record, value)
-        conventions.check_allocation(record, base())
         record.table.register()  # each slot once, from every hook's entries
-        conventions.functionalize(record, base)
-        conventions.out_fake(record, base)  # before the fallbacks: abstract's then generates none
+        if conventional:
+            conventions.install(record, base)  # before the fallbacks: the .out overload's fake kernel is its own
         for hook in spec.registry:
             if hook.fallback is not None and hook.name not in spec.hooks:
                 lib.installing = hook.name
