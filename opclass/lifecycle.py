@@ -26,6 +26,7 @@ from typing import Any, Callable
 from opclass.callpath import classcall
 from opclass.core import memo, native
 from opclass.define.builder import OpBuilder
+from opclass.define.conventions import DERIVED
 from opclass.define.spec import OpSpec
 from opclass.errors import user_stacklevel
 from opclass.install import orders
@@ -45,12 +46,11 @@ FIRST: list[Callable[[], object]] = []
 #: The base class of every op class (``CustomOp``; ``opclass._op`` puts it here): the classes of an
 #: op's other overloads derive from it.
 ROOT: list[type] = []
-_DERIVED = "_opclass_derived"
 
 
 def define(cls: type, given: dict[str, Any], unknown: dict[str, Any]) -> None:
     """A class statement, top to bottom: collect -> validate -> spec -> install -> class call."""
-    if cls.__dict__.get(_DERIVED):  # an overload's class (_sibling_class): its op is installed with the class's
+    if cls.__dict__.get(DERIVED):  # an overload's class (_sibling_class): its op is installed with the class's
         return
     orders.check_env()
     while FIRST:
@@ -123,8 +123,8 @@ def _sibling_class(cls: type, spec: OpSpec) -> type:
     """The class that calls one of the other overloads of ``cls``'s op (``MyOp.out``), kept across redefinitions."""
     kind = spec.convention.kind
     found = cls.__dict__.get(kind)
-    if not (isinstance(found, type) and found.__dict__.get(_DERIVED)):
-        namespace = {_DERIVED: True, "__module__": cls.__module__, "__qualname__": f"{cls.__qualname__}.{kind}", "__doc__": f"The {kind} overload of {cls.__qualname__}."}
+    if not (isinstance(found, type) and found.__dict__.get(DERIVED)):
+        namespace = {DERIVED: True, "__module__": cls.__module__, "__qualname__": f"{cls.__qualname__}.{kind}", "__doc__": f"The {kind} overload of {cls.__qualname__}."}
         found = type(cls)(kind, (ROOT[0],), namespace)
         setattr(cls, kind, found)
     return found

@@ -996,3 +996,32 @@ def test_out_with_a_defaulted_parameter_warns_of_inductors_bug(ns: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         rms_class(ns)
+
+
+def test_a_provider_added_from_outside_serves_every_overload(ns: str) -> None:
+    """add_provider redefines the class statement: the .out overload and the in-place op get the
+    provider too (adapted to each), and lose it with remove_provider."""
+    Rms = rms_class(ns)
+    x, w, _ = inputs("rms")
+
+    def halved(x: Tensor, w: Tensor, eps: float) -> Tensor:
+        return rms_norm(x, w, eps) / 2
+
+    opclass.add_provider(Rms, "halved", halved, "cpu")
+    with opclass.use_providers({Rms: ["halved"]}):
+        buf, donated = torch.empty(0), x.clone()
+        for got in (Rms(x, w, EPS), Rms(x, w, EPS, out=buf), Rms.inplace(donated, w, EPS)):
+            torch.testing.assert_close(got, rms_norm(x, w, EPS) / 2)
+    opclass.remove_provider(Rms, "halved")
+    torch.testing.assert_close(Rms(x, w, EPS, out=torch.empty(0)), rms_norm(x, w, EPS))
+
+
+def test_a_class_attribute_named_as_an_overload_is_refused(ns: str) -> None:
+    with pytest.raises(OpDefinitionError, match="rename the class attribute out"):
+
+        class Clash(CustomOp, name=f"{ns}::clash", out=True):
+            out = "a helper of the author's"
+
+            @staticmethod
+            def cpu(x: Tensor) -> Tensor:
+                return 2 * x

@@ -368,6 +368,8 @@ class OpBuilder:
         if (found := conventions.problem(self.schema, kw.out, kw.inplace, list(styles.values()))) is not None:
             styled = next((h for h, st in styles.items() if st != "functional"), None)
             self.fail(None if kw.out or kw.inplace or styled is None else styled, *found, self.kernels.get(styled or ""))
+        for kind in [k for k, on in (("out", kw.out), ("inplace", kw.inplace)) if on and k in vars(self.cls) and not getattr(vars(self.cls)[k], conventions.DERIVED, False)]:
+            self.fail(None, f"{kind}= gives the class an attribute {kind} (the class calling that overload), and the class body defines one", f"rename the class attribute {kind}")
         if kw.out or kw.inplace or set(styles.values()) - {"functional"}:
             for kind, (name, text) in conventions.forms(qualname, self.schema, self.schema_text, kw.inplace).items():
                 self.forms[kind] = (text, self._parse(name, text, None))

@@ -34,10 +34,12 @@ from opclass.define.schema import python_signature
 if TYPE_CHECKING:
     from opclass.define.spec import OpSpec
 
-__all__ = ["STYLE", "STYLES", "Convention", "style", "style_of", "out_names", "out_schema", "inplace_schema", "problem", "forms", "named", "with_siblings", "inductor_trap"]
+__all__ = ["STYLE", "STYLES", "DERIVED", "Convention", "style", "style_of", "out_names", "out_schema", "inplace_schema", "problem", "forms", "named", "with_siblings", "inductor_trap"]
 
 #: The attribute :func:`style` sets on a kernel.
 STYLE = "__opclass_style__"
+#: Set on the class that calls one of an op's other overloads (``MyOp.out``, ``MyOp.inplace``).
+DERIVED = "_opclass_derived"
 #: The styles a kernel may be written in: returns its results; writes them into keyword-only
 #: ``out`` arguments (one per output: ``out``, or ``out0``, ``out1``...); writes them into the
 #: arguments the class's ``inplace=`` names (its return is ignored).
