@@ -1025,3 +1025,11 @@ def test_a_class_attribute_named_as_an_overload_is_refused(ns: str) -> None:
             @staticmethod
             def cpu(x: Tensor) -> Tensor:
                 return 2 * x
+
+
+def test_an_out_overload_over_the_dispatchers_64_arguments_is_refused(ns: str) -> None:
+    params = ", ".join(f"a{i}: Tensor" for i in range(64))
+    namespace: dict[str, Any] = {"Tensor": Tensor}
+    exec(f"def cpu({params}) -> Tensor:\n    return a0.clone()\n", namespace)  # noqa: S102 - 64 parameters
+    with pytest.raises(OpDefinitionError, match="64 arguments and 1 out buffers, more than the dispatcher's 64"):
+        type(CustomOp)("Wide", (CustomOp,), {"cpu": staticmethod(namespace["cpu"])}, name=f"{ns}::wide", out=True)

@@ -108,8 +108,7 @@ def _dispatch_tables() -> tuple[list[dict[object, Callable[..., Any]]], Callable
                 return super().call_function(tx, args, kwargs)
             record = self.value.__dict__.get("_opclass_record")
             outs = record.convention.outs if record is not None and dict(record.convention.siblings).get("out") else ()
-            sibling = getattr(self.value, "out", None)
-            if any(n in kwargs for n in outs) and isinstance(sibling, type):
+            if any(n in kwargs for n in outs) and isinstance(sibling := getattr(self.value, "out", None), type):
                 # MyOp(x, out=buf): the .out overload's class, as in eager mode.
                 return VariableBuilder(tx, AttrSource(self.source, "out"))(sibling).call_function(tx, args, kwargs)
             _warn_if_specialized(record, args, kwargs)

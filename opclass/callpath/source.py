@@ -48,7 +48,7 @@ from opclass.install.outputs import INLINE_NAMES, INLINE_TEST, output_is_fresh
 from opclass.install.record import OpRecord, lookup
 from opclass.install.table import not_bool
 
-__all__ = ["call_source", "c_entry", "merge_keywords", "call_original", "call_passed"]
+__all__ = ["call_source", "c_entry", "merge_keywords", "call_original", "call_passed", "out_class"]
 
 
 def merge_keywords(extra: tuple[Any, ...], keywords: dict[str, Any], values: tuple[Any, ...], names: tuple[str, ...]) -> tuple[Any, ...] | None:
@@ -116,11 +116,10 @@ class _Head:
         if as_new:
             closure.update({"_M": pyguard.MISSING, "_merge": merge_keywords, "_call_passed": call_passed, "_call_original": call_original, "_names": tuple(a.name for a in self.table.positional)})
         # MyOp(x, out=buf) calls the .out overload's class, as torch.ops.ns.op(x, out=buf) picks that overload.
-        out = dict(record.convention.siblings).get("out")
-        found = lookup(out) if out is not None else None
-        self.outs = record.convention.outs if found is not None and found.owner() is not None else ()
-        if self.outs:
-            closure["_to_out"] = found.owner()  # type: ignore[union-attr]
+        out = out_class(record)
+        self.outs = record.convention.outs if out is not None else ()
+        if out is not None:
+            closure["_to_out"] = out
 
     def lines(self, name: str) -> list[str]:
         table, outs = self.table, self.outs
@@ -368,8 +367,7 @@ def c_entry(record: OpRecord) -> tuple[Any, ...] | None:
     spec = "".join(a.kind.entry or "" for a in table).encode()
     choosing = any(k.choice is not None for k in plan.kernels.values())
     entry = (spec, record.outputs.single, *kernels, *applies, finish_entry, orders.BLOCK if choosing else None, _closure_key(record) if choosing else None)
-    out = lookup(dict(record.convention.siblings)["out"]) if "out" in dict(record.convention.siblings) else None
-    route = out.owner() if out is not None and not keywords else None
+    route = out_class(record) if not keywords else None
     if written or route is not None:
         returned = record.outputs.returned[0][0] if len(record.outputs.returned) == 1 else -1
         entry += (record.convention.outs, route, tuple(a.index for a in table.written) or None, returned)
@@ -421,6 +419,13 @@ def _entry_kernel(choice: Any, user: Any) -> Any:
     tests = choice.native_tests
     pairs = [x for i, e in enumerate(tried) if e.options.supports is not None for x in (tests.get(i, e.options.supports), e.fn)]
     return (*pairs, tried[-1].fn if tried and tried[-1].options.supports is None else choice.refuse)
+
+
+def out_class(record: OpRecord) -> Any:
+    """The class of the op's ``.out`` overload (``out=True``), which ``MyOp(x, out=buf)`` calls, or ``None``."""
+    out = dict(record.convention.siblings).get("out")
+    found = lookup(out) if out is not None else None
+    return found.owner() if found is not None else None
 
 
 def _writer(fn: Any) -> Any:

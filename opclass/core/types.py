@@ -128,15 +128,19 @@ def items_of(jit: str) -> tuple[str, ...] | None:
     """The item types of ``Tuple[Tensor, List[int]]`` (``["Tensor", "List[int]"]``); ``None`` for
     a JIT type that is not a tuple."""
     text = _inside(jit, "Tuple[")
-    if text is None:
-        return None
+    return None if text is None else tuple(split_top(text))
+
+
+def split_top(text: str) -> list[str]:
+    """``text`` split at its top-level commas (those inside brackets or parentheses are an item's
+    own): ``"Tensor x, int[2] s=[1, 2]"`` -> ``["Tensor x", "int[2] s=[1, 2]"]``."""
     parts, depth, start = [], 0, 0
     for i, c in enumerate(text):
-        depth += (c == "[") - (c == "]")
-        if c == "," and depth == 0:  # commas inside brackets are an item's own
+        depth += (c in "[(") - (c in "])")
+        if c == "," and depth == 0:
             parts.append(text[start:i].strip())
             start = i + 1
-    return (*parts, text[start:].strip())
+    return [*parts, text[start:].strip()]
 
 
 def inner(jit: str) -> tuple[str, bool, bool]:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
 import torch
 
 from opclass.core.compat import INPLACE_TAG, OUT_TAG, tagged_inplace
-from opclass.core.types import returns_of
+from opclass.core.types import returns_of, split_top
 from opclass.define.arguments import Arguments
 from opclass.define.schema import python_signature
 
@@ -38,6 +38,8 @@ __all__ = ["STYLE", "STYLES", "DERIVED", "Convention", "style", "style_of", "out
 
 #: The attribute :func:`style` sets on a kernel.
 STYLE = "__opclass_style__"
+#: The most arguments an op's schema may have (torch's dispatcher).
+MAX_ARGUMENTS = 64
 #: Set on the class that calls one of an op's other overloads (``MyOp.out``, ``MyOp.inplace``).
 DERIVED = "_opclass_derived"
 #: The styles a kernel may be written in: returns its results; writes them into keyword-only
@@ -112,16 +114,7 @@ def out_names(schema: torch._C.FunctionSchema) -> tuple[str, ...]:
 def _params(schema: torch._C.FunctionSchema, alias: dict[str, str], text: str | None) -> list[str]:
     """The schema's parameters as text (``*`` included), those in ``alias`` annotated written;
     ``text``: the schema as the class wrote it (``k=2.0``, where ``str(schema)`` says ``k=2.``)."""
-    text = (text or str(schema)).partition("(")[2].rpartition(") -> ")[0]
-    found, depth, part = [], 0, ""
-    for c in text + ",":
-        if c == "," and depth == 0:
-            found.append(part.strip())
-            part = ""
-            continue
-        depth += (c in "[(") - (c in "])")
-        part += c
-    found = [p for p in found if p]
+    found = [p for p in split_top((text or str(schema)).partition("(")[2].rpartition(") -> ")[0]) if p]
     for i, p in enumerate(found):
         name = p.partition("=")[0].split()[-1] if p != "*" else ""
         if name in alias:
@@ -164,6 +157,8 @@ def problem(schema: torch._C.FunctionSchema, out: bool, donated: Sequence[str], 
         clash = [n for n in out_names(schema) if n in table.names]
         if clash:
             return f"the out argument {clash[0]!r} would have the name of a parameter of the op", f"rename the parameter {clash[0]!r}"
+        if len(table) + len(returns) > MAX_ARGUMENTS:
+            return f"the .out overload would take {len(table)} arguments and {len(returns)} out buffers, more than the dispatcher's {MAX_ARGUMENTS}", "take fewer arguments (a list of Tensors), or drop out=True"
     if "inplace" in styles and not donated:
         return "a kernel written in place needs the arguments it writes", "name them in the class statement: inplace=('x',)"
     for name in donated:
